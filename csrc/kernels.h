@@ -1,0 +1,50 @@
+// Quantized mat-vec / mat-mat entry points: the canonical reduction order, narrow MMVQ, MMQ.
+//
+// Shapes: W is (N, K) row-major, Q8_0 blocks of 32 along K (N rows x K/32 blocks).
+//         X is (ncols, K): ncols activation rows, already quantized to Q8_0.
+//         Y is (ncols, N) float32, row c holds W @ X[c].
+//
+// Canonical per-output reduction order (exactness rule 2, DESIGN.md) -- every "exact" path
+// (scalar reference, AVX2, AVX-512, narrow MMVQ at any ncols) produces these exact bits:
+//   for each block b in K order:
+//     isum[j] = sum_{i=0..3} w.qs[4j+i] * x.qs[4j+i]      for lanes j = 0..7 (exact int32)
+//     s       = fp16(w.d) * fp16(x.d)                       (one fp32 multiply)
+//     acc[j]  = fmaf(s, (float)isum[j], acc[j])             (fused, lanes independent)
+//   y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))   (fixed horizontal sum)
+// MMQ uses a different order on purpose and is NOT bitwise equal to the above.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include "q8_0.h"
+
+namespace dq {
+
+class ThreadPool;  // threadpool.h; nullptr means run on the calling thread
+
+struct QMatrixView {
+    const BlockQ8_0* blocks;  // rows * (cols / 32) blocks, row-major
+    int rows;                 // N (output features)
+    int cols;                 // K (input features), multiple of 32
+    size_t bytes() const { return size_t(rows) * size_t(cols / QK8_0) * sizeof(BlockQ8_0); }
+};
+
+enum class MatKernel : int {
+    kMMVQ = 0,  // narrow mat-vec, ncols 1..8, canonical order, bitwise equal per column to ncols=1
+    kMMQ = 1,   // tiled mat-mat, any ncols, its own reduction order (non-exact)
+};
+
+// Y[c, n] = dot(W[n, :], X[c, :]). Threads split output rows only, never K.
+// kMMVQ requires 1 <= ncols <= 8. Returns nothing; inputs are validated by callers.
+void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                  MatKernel kernel, ThreadPool* pool);
+
+// Scalar reference of the canonical order for one output: always compiled, used by tests.
+float vec_dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* x, int nblocks);
+
+// Name of the SIMD path chosen at start-up ("avx512vnni", "avx2", "scalar").
+const char* simd_path();
+// Force a path (tests / benches): "scalar", "avx2", "avx512vnni", or "auto". Returns false if
+// the CPU lacks it.
+bool set_simd_path(const char* name);
+
+}  // namespace dq

@@ -1,0 +1,1 @@
+"""dflash-qualify harness: protocols, targets, runner, stats, evidence, reports, CLI."""

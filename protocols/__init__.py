@@ -1,0 +1,1 @@
+"""Bundled qualification protocols (TOML) and the worker-protocol schema."""
