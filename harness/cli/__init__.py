@@ -14,14 +14,14 @@ import click
 
 from ..errors import QualifyError
 
-# command name -> module in this package exposing a click command named `command`
-COMMANDS: dict[str, str] = {
-    "run": "run",
-    "verify": "verify",
-    "report": "report",
-    "gate": "gate",
-    "analyze": "analyze",
-    "engine-info": "engine_info",
+# command name -> (module in this package exposing a click command named `command`, short help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "Run a qualification protocol and write sealed evidence."),
+    "verify": ("verify", "Re-hash and recompute an evidence directory."),
+    "report": ("report", "Render an evidence directory as md, json or csv."),
+    "gate": ("gate", "Turn an evidence directory's verdict into an exit code."),
+    "analyze": ("analyze", "Statistics and report for samples collected elsewhere."),
+    "engine-info": ("engine_info", "Engine build flags, SIMD path and model configs."),
 }
 
 
@@ -32,11 +32,17 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        module_name = COMMANDS.get(name)
-        if module_name is None:
+        entry = COMMANDS.get(name)
+        if entry is None:
             return None
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        module = importlib.import_module(f"{__name__}.{entry[0]}")
         return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Static help text: listing commands must not import every command's dependencies.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):  # one place maps our errors to exit codes
         try:
