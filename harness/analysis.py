@@ -1,0 +1,389 @@
+"""Derive stats.json (statistics, response identity, verdict) from a protocol and its raw samples.
+
+The runner writes stats.json through `compute`; `verify` recomputes through the same
+function and compares exactly, and `gate` re-decides through `verdict` with overridden
+thresholds. The output is JSON-ready and deterministic (seeded bootstrap, sorted keys).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from typing import Callable
+
+from . import exactness, stats
+from .errors import UsageError
+
+STATS_SCHEMA = "dflash-qualify.stats"
+# Version history:
+#   1: first version (bracket and compare kinds, verdict with named reasons).
+STATS_VERSION = 1
+
+GATE_KEYS = ("min_gain_pct", "max_drift_pct", "require_identical", "confidence",
+             "bootstrap_resamples", "seed")
+DEFAULT_GATE = {"min_gain_pct": 1.0, "max_drift_pct": 2.0, "require_identical": True,
+                "confidence": 0.95, "bootstrap_resamples": 10000, "seed": 0}
+DEFAULT_DECIMALS = 3
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+METHODS = {
+    "median": "sample median of measured requests (warm-ups excluded)",
+    "mad": "raw median absolute deviation from the median, unscaled (scipy scale=1)",
+    "gain": "higher is better: (candidate median / pooled reference median - 1) x 100; "
+            "lower is better ('lower time %'): (1 - candidate / reference) x 100",
+    "drift": "|median of first reference arm - median of last| / pooled reference median x 100",
+    "ci": "seeded percentile bootstrap of the gain, candidate and pooled reference resampled "
+          "independently with replacement (Efron & Tibshirani 1993, ch. 13); numpy quantile 'linear'",
+    "rank_test": "Mann-Whitney U, two-sided, candidate vs pooled reference (scipy.stats.mannwhitneyu)",
+    "min_gain": "the point estimate of the gain must reach min_gain_pct; the CI must lie above zero",
+}
+
+
+def _bad(field: str, expected: str, got: object, file: str = "protocol.json") -> UsageError:
+    return UsageError("invalid value", file=file, field=field, expected=expected, got=got)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def unit_of(metric: str) -> str:
+    """Display unit of a metric name: *_tok_s -> tok/s, *_ms -> ms, anything else none."""
+    if metric.endswith("tok_s"):
+        return "tok/s"
+    if metric.endswith("_ms") or metric == "ms":
+        return "ms"
+    return ""
+
+
+def check_gate(gate: object, file: str = "protocol.json", prefix: str = "gate") -> dict:
+    """Validate the gate table (all keys of DEFAULT_GATE) and return it as a plain dict."""
+    if not isinstance(gate, dict):
+        raise _bad(prefix, "a table", type(gate).__name__, file)
+    for key in GATE_KEYS:
+        if key not in gate:
+            raise _bad(f"{prefix}.{key}", "a value", None, file)
+    for key in ("min_gain_pct", "max_drift_pct"):
+        if not _is_number(gate[key]):
+            raise _bad(f"{prefix}.{key}", "a finite number", gate[key], file)
+    if not isinstance(gate["require_identical"], bool):
+        raise _bad(f"{prefix}.require_identical", "true or false", gate["require_identical"], file)
+    if not _is_number(gate["confidence"]) or not 0 < gate["confidence"] < 1:
+        raise _bad(f"{prefix}.confidence", "a number in (0, 1)", gate["confidence"], file)
+    for key, low in (("bootstrap_resamples", 1), ("seed", 0)):
+        v = gate[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise _bad(f"{prefix}.{key}", f"an integer >= {low}", v, file)
+    return {k: gate[k] for k in GATE_KEYS}
+
+
+def check_protocol(protocol: object) -> dict:
+    """Validate the protocol fields the analysis relies on; return a normalized view.
+
+    Returns:
+        {"kind", "metric", "direction", "arms": {id: arm}, "references": [ids in schedule
+         order], "candidate": id, "groups": [..] or [None], "gate": {...}, "decimals": int}
+    Raises:
+        UsageError naming protocol.json, the field, what was expected and what was found.
+    """
+    if not isinstance(protocol, dict):
+        raise _bad("(top level)", "an object", type(protocol).__name__)
+    kind = protocol.get("kind")
+    if kind not in ("bracket", "compare"):
+        raise _bad("kind", "'bracket' or 'compare'", kind)
+    metric = protocol.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise _bad("metric", "a metric name", metric)
+    direction = protocol.get("direction")
+    if direction not in stats.DIRECTIONS:
+        raise _bad("direction", "'higher' or 'lower'", direction)
+    arms_in = protocol.get("arms")
+    if not isinstance(arms_in, list) or not arms_in:
+        raise _bad("arms", "a non-empty list", arms_in)
+    arms: dict[str, dict] = {}
+    for i, arm in enumerate(arms_in):
+        if not isinstance(arm, dict):
+            raise _bad(f"arms[{i}]", "a table", type(arm).__name__)
+        arm_id = arm.get("id")
+        if not isinstance(arm_id, str) or not arm_id:
+            raise _bad(f"arms[{i}].id", "a non-empty string", arm_id)
+        if arm_id in arms:
+            raise _bad(f"arms[{i}].id", "a unique arm id", arm_id)
+        if arm.get("role") not in ("reference", "candidate"):
+            raise _bad(f"arms[{i}].role", "'reference' or 'candidate'", arm.get("role"))
+        label = arm.get("label", arm_id)
+        if not isinstance(label, str):
+            raise _bad(f"arms[{i}].label", "a string", label)
+        arms[arm_id] = {"id": arm_id, "label": label, "role": arm["role"]}
+    schedule = protocol.get("schedule", [a["id"] for a in arms_in])
+    if not isinstance(schedule, list) or not all(isinstance(s, str) and s in arms for s in schedule):
+        raise _bad("schedule", f"a list of arm ids from {sorted(arms)}", schedule)
+    order = list(dict.fromkeys(schedule + list(arms)))
+    references = [a for a in order if arms[a]["role"] == "reference"]
+    candidates = [a for a in order if arms[a]["role"] == "candidate"]
+    if not references:
+        raise _bad("arms", "at least one arm with role 'reference'", [a["role"] for a in arms.values()])
+    if len(candidates) != 1:
+        raise _bad("arms", "exactly one arm with role 'candidate'", candidates)
+    groups: list = [None]
+    if kind == "compare":
+        groups = protocol.get("groups")
+        if not isinstance(groups, list) or not groups or not all(isinstance(g, str) for g in groups):
+            raise _bad("groups", "a non-empty list of strings", groups)
+        if len(set(groups)) != len(groups):
+            raise _bad("groups", "unique group names", groups)
+    decimals = protocol.get("report", {}).get("decimals", DEFAULT_DECIMALS) \
+        if isinstance(protocol.get("report", {}), dict) else None
+    if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
+        raise _bad("report.decimals", "an integer 0..12", decimals)
+    return {"kind": kind, "metric": metric, "direction": direction, "arms": arms,
+            "references": references, "candidate": candidates[0], "groups": groups,
+            "gate": check_gate(protocol.get("gate")), "decimals": decimals}
+
+
+def check_samples(samples: object, view: dict) -> list[dict]:
+    """Validate sample records against the protocol view; raise UsageError naming the record."""
+    if not isinstance(samples, list):
+        raise _bad("(top level)", "a list of records", type(samples).__name__, "samples.jsonl")
+    groups = set(view["groups"])
+    for i, s in enumerate(samples):
+        def bad(field: str, expected: str, got: object) -> UsageError:
+            return _bad(f"record {i + 1}: {field}", expected, got, "samples.jsonl")
+        if not isinstance(s, dict):
+            raise bad("(record)", "an object", type(s).__name__)
+        if s.get("arm") not in view["arms"]:
+            raise bad("arm", f"one of {sorted(view['arms'])}", s.get("arm"))
+        if s.get("phase") not in ("warmup", "measured"):
+            raise bad("phase", "'warmup' or 'measured'", s.get("phase"))
+        seq = s.get("seq", i)
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise bad("seq", "an integer", seq)
+        ok = s.get("ok", True)
+        if not isinstance(ok, bool):
+            raise bad("ok", "true or false", ok)
+        value = s.get("value")
+        if ok and s["phase"] == "measured" and not (_is_number(value) and value > 0):
+            raise bad("value", "a finite number > 0", value)
+        sha = s.get("response_sha256")
+        if sha is not None and (not isinstance(sha, str) or not _SHA_RE.match(sha)):
+            raise bad("response_sha256", "64 lowercase hex digits or null", sha)
+        if s.get("group") not in groups:
+            raise bad("group", f"one of {sorted(groups, key=str)}", s.get("group"))
+        hits = s.get("cache_hits")
+        if hits is not None and (not isinstance(hits, int) or isinstance(hits, bool) or hits < 0):
+            raise bad("cache_hits", "an integer >= 0 or null", hits)
+    return samples
+
+
+def _measured(samples: list[dict], arm: str, group) -> list[float]:
+    return [float(s["value"]) for s in sorted(samples, key=lambda s: s.get("seq", 0))
+            if s["arm"] == arm and s.get("group") == group and s["phase"] == "measured"
+            and s.get("ok", True)]
+
+
+def _summary_json(summary: stats.Summary) -> dict:
+    return {"n": summary.n, "median": summary.median, "mad": summary.mad}
+
+
+def _comparison_json(view: dict, samples: list[dict], group) -> dict:
+    gate = view["gate"]
+    ref_arms = [_measured(samples, a, group) for a in view["references"]]
+    cand = _measured(samples, view["candidate"], group)
+    c = stats.compare(ref_arms, cand, view["direction"], confidence=gate["confidence"],
+                      resamples=gate["bootstrap_resamples"], seed=gate["seed"])
+    drift_reason = c.drift_reason
+    if view["kind"] == "compare":
+        drift_reason = "not applicable to compare protocols"
+    return {
+        "group": group,
+        "reference_arms": view["references"],
+        "candidate_arm": view["candidate"],
+        "pooled_reference": _summary_json(c.reference),
+        "candidate": _summary_json(c.candidate),
+        "gain_pct": c.gain_pct, "gain_reason": c.gain_reason,
+        "drift_pct": c.drift_pct if view["kind"] == "bracket" else None,
+        "drift_reason": drift_reason,
+        "drift_arms": [view["references"][0], view["references"][-1]]
+        if view["kind"] == "bracket" and len(view["references"]) > 1 else None,
+        "ci": {"confidence": c.ci.confidence, "low": c.ci.low, "high": c.ci.high,
+               "resamples": c.ci.resamples, "seed": c.ci.seed, "degenerate": c.ci.degenerate,
+               "reason": c.ci.reason},
+        "rank_test": {"name": "mann-whitney-u two-sided", "u": c.rank_test.u,
+                      "p_value": c.rank_test.p_value, "reason": c.rank_test.reason},
+    }
+
+
+def _requests_json(samples: list[dict]) -> dict:
+    recorded = [s.get("cache_hits") for s in samples if s.get("cache_hits") is not None]
+    return {"total": len(samples),
+            "measured": sum(1 for s in samples if s["phase"] == "measured"),
+            "warmup": sum(1 for s in samples if s["phase"] == "warmup"),
+            "failed": sum(1 for s in samples if s.get("ok", True) is False),
+            "cache_recorded": len(recorded),
+            "cache_hit_requests": sum(1 for h in recorded if h > 0)}
+
+
+def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes]) -> dict:
+    """Statistics, response identity and verdict for one run: the content of stats.json.
+
+    Args:
+        protocol: the resolved protocol (docs/evidence-format.md, protocol.json).
+        samples: samples.jsonl records, warm-ups included.
+        response_bytes: sha256 hex -> the response's bytes (to locate a first differing byte).
+    Returns:
+        A JSON-ready dict (no NaN; undefined numbers are null with a `*_reason`).
+    Raises:
+        UsageError naming the file and field when the protocol or a sample is malformed.
+    """
+    view = check_protocol(protocol)
+    check_samples(samples, view)
+    arms = []
+    for group in view["groups"]:
+        for arm_id in [*view["references"][:1], view["candidate"], *view["references"][1:]]:
+            values = _measured(samples, arm_id, group)
+            s = stats.summarize(values)
+            arms.append({"id": arm_id, "label": view["arms"][arm_id]["label"],
+                         "role": view["arms"][arm_id]["role"], "group": group,
+                         "values": list(s.values), "n": s.n, "median": s.median, "mad": s.mad,
+                         "warmups": sum(1 for x in samples if x["arm"] == arm_id
+                                        and x.get("group") == group and x["phase"] == "warmup")})
+    out = {
+        "schema": STATS_SCHEMA, "version": STATS_VERSION,
+        "kind": view["kind"], "metric": view["metric"], "unit": unit_of(view["metric"]),
+        "direction": view["direction"],
+        "gain_name": "gain" if view["direction"] == stats.HIGHER else "lower time",
+        "decimals": view["decimals"], "methods": METHODS,
+        "arms": arms,
+        "comparisons": [_comparison_json(view, samples, g) for g in view["groups"]],
+        "responses": exactness.check(samples, set(view["references"]), response_bytes),
+        "requests": _requests_json(samples),
+        "gate": view["gate"],
+    }
+    out["verdict"] = verdict(out, view["gate"])
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}%"
+
+
+def _cond(name: str, group, passed: bool, reason: str | None, message: str) -> dict:
+    return {"name": name, "group": group, "passed": passed, "reason": None if passed else reason,
+            "message": message}
+
+
+def describe_mismatch(m: dict) -> str:
+    """One sentence naming the first differing request and byte (from exactness.check output)."""
+    r, ref = m["request"], m["reference"]
+    where = f"{r['arm']} {r['phase']} #{r['index']} (seq {r['seq']})"
+    against = f"{ref['arm']} {ref['phase']} #{ref['index']} (seq {ref['seq']})"
+    prompt = f"prompt {m['prompt_id']}" if m.get("prompt_id") else "the prompt"
+    if m.get("group"):
+        prompt += f" in group {m['group']}"
+    text = f"request {where} for {prompt} returned {r['response_sha256']}, not the reference {against}'s {ref['response_sha256']}"
+    if m.get("first_differing_byte") is not None:
+        text += (f"; first differing byte at position {m['first_differing_byte']} "
+                 f"(lengths {m['response_len']} vs reference {m['reference_len']})")
+    elif m.get("reason"):
+        text += f"; {m['reason']}"
+    return text
+
+
+def verdict(result: dict, gate: dict) -> dict:
+    """Decide qualification from computed statistics and gate thresholds.
+
+    Qualified only if: (a) all responses are identical (when gate.require_identical),
+    no request failed and none hit a cache; per comparison (b) the gain's CI lies above
+    zero, (c) the gain's point estimate reaches min_gain_pct; for brackets (d) drift is
+    below max_drift_pct and (e) below half the gain. Each failed condition carries a
+    named reason and a sentence.
+
+    Args:
+        result: compute()'s output (only comparisons, responses, requests are read).
+        gate: thresholds (see check_gate); gate overrides them from the command line.
+    Returns:
+        {"qualified": bool, "thresholds": {...}, "conditions": [...], "reasons": [...]}
+    """
+    gate = check_gate(gate, file="gate", prefix="gate")
+    conds: list[dict] = []
+    resp = result["responses"]
+    if gate["require_identical"]:
+        if resp["identical"] is True:
+            conds.append(_cond("responses_identical", None, True, None,
+                               f"all {resp['hashed']} hashed responses are identical per prompt"))
+        elif resp["identical"] is None:
+            conds.append(_cond("responses_identical", None, False, "responses_unhashed",
+                               "no request carried a response SHA-256, so identical output is unproven"))
+        else:
+            conds.append(_cond("responses_identical", None, False, "responses_differ",
+                               f"{resp['mismatches']} request(s) differ: "
+                               + describe_mismatch(resp["first_mismatch"])))
+    req = result["requests"]
+    conds.append(_cond("requests_ok", None, req["failed"] == 0, "failed_requests",
+                       f"{req['failed']} of {req['total']} requests failed"))
+    if req["cache_recorded"]:
+        conds.append(_cond("cache_cold", None, req["cache_hit_requests"] == 0, "cache_hit",
+                           f"{req['cache_hit_requests']} of {req['cache_recorded']} requests hit a cache"))
+    for comp in result["comparisons"]:
+        conds.extend(_comparison_conditions(comp, gate, result["kind"]))
+    failed = [c for c in conds if not c["passed"]]
+    return {"qualified": not failed, "thresholds": gate, "conditions": conds,
+            "reasons": list(dict.fromkeys(c["reason"] for c in failed))}
+
+
+def _comparison_conditions(comp: dict, gate: dict, kind: str) -> list[dict]:
+    g = comp["group"]
+    tag = f" ({g})" if g is not None else ""
+    gain, ci = comp["gain_pct"], comp["ci"]
+    conds = []
+    if ci["low"] is None:
+        conds.append(_cond("ci_excludes_zero", g, False, "ci_unavailable",
+                           f"no confidence interval{tag}: {ci['reason']}"))
+    else:
+        span = f"{ci['confidence'] * 100:g}% CI [{_pct(ci['low'])}, {_pct(ci['high'])}]{tag}"
+        if ci["low"] > 0:
+            conds.append(_cond("ci_excludes_zero", g, True, None, f"{span} lies above zero"))
+        elif ci["high"] < 0:
+            conds.append(_cond("ci_excludes_zero", g, False, "ci_below_zero",
+                               f"{span} lies below zero: the candidate is slower"))
+        else:
+            conds.append(_cond("ci_excludes_zero", g, False, "ci_includes_zero",
+                               f"{span} includes zero"))
+    if gain is None:
+        conds.append(_cond("gain_meets_min", g, False, "gain_unavailable",
+                           f"no gain{tag}: {comp['gain_reason']}"))
+    else:
+        ok = gain >= gate["min_gain_pct"]
+        conds.append(_cond("gain_meets_min", g, ok, "gain_below_min",
+                           f"gain {_pct(gain)}{tag} {'reaches' if ok else 'is below'} "
+                           f"the minimum {_pct(gate['min_gain_pct'])}"))
+    if kind != "bracket":
+        return conds
+    drift = comp["drift_pct"]
+    if drift is None:
+        conds.append(_cond("drift_below_max", g, False, "drift_unavailable",
+                           f"no bracket drift: {comp['drift_reason']}"))
+        return conds
+    ok = drift < gate["max_drift_pct"]
+    conds.append(_cond("drift_below_max", g, ok, "drift_above_max",
+                       f"bracket drift {_pct(drift)} is {'below' if ok else 'not below'} "
+                       f"the maximum {_pct(gate['max_drift_pct'])}"))
+    half = None if gain is None else gain / 2
+    ok = half is not None and drift < half
+    conds.append(_cond("drift_below_half_gain", g, ok, "drift_above_half_gain",
+                       f"bracket drift {_pct(drift)} is {'below' if ok else 'not below'} "
+                       f"half the gain ({_pct(half)})"))
+    return conds
+
+
+def samples_csv(samples: list[dict]) -> str:
+    """samples.csv content: `arm,phase,value,response_sha256`, one row per record, seq order."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["arm", "phase", "value", "response_sha256"])
+    for s in sorted(samples, key=lambda s: s.get("seq", 0)):
+        value = s.get("value")
+        w.writerow([s.get("arm"), s.get("phase"), "" if value is None else repr(float(value))
+                    if _is_number(value) else value, s.get("response_sha256") or ""])
+    return buf.getvalue()
