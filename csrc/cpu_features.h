@@ -1,0 +1,25 @@
+// Start-up CPU feature detection (cpuid via __builtin_cpu_supports, which also checks OS support).
+#pragma once
+
+namespace dq {
+
+struct CpuFeatures {
+    bool avx2 = false;
+    bool fma = false;
+    bool f16c = false;
+    bool avx512f = false;
+    bool avx512bw = false;
+    bool avx512vl = false;
+    bool avx512vnni = false;
+
+    // Whole ISA levels the kernel table needs.
+    bool avx2_path() const { return avx2 && fma && f16c; }
+    bool avx512vnni_path() const {
+        return avx2_path() && avx512f && avx512bw && avx512vl && avx512vnni;
+    }
+};
+
+// Detected once (thread-safe static), then cached.
+const CpuFeatures& cpu_features();
+
+}  // namespace dq

@@ -1,0 +1,71 @@
+// Public mul_mat_q8_0 entry point: picks the ISA kernel table once, splits rows over threads.
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "cpu_features.h"
+#include "kernels.h"
+#include "simd/kernel_table.h"
+#include "threadpool.h"
+
+namespace dq {
+
+namespace {
+
+const simd::KernelSet* best_available() {
+    const CpuFeatures& f = cpu_features();
+    if (f.avx512vnni_path()) return &simd::kAvx512VnniKernels;
+    if (f.avx2_path()) return &simd::kAvx2Kernels;
+    return &simd::kScalarKernels;
+}
+
+std::atomic<const simd::KernelSet*>& active() {
+    static std::atomic<const simd::KernelSet*> set{best_available()};
+    return set;
+}
+
+}  // namespace
+
+const char* simd_path() { return active().load(std::memory_order_relaxed)->name; }
+
+bool set_simd_path(const char* name) {
+    const CpuFeatures& f = cpu_features();
+    const simd::KernelSet* chosen = nullptr;
+    if (std::strcmp(name, "auto") == 0) {
+        chosen = best_available();
+    } else if (std::strcmp(name, "scalar") == 0) {
+        chosen = &simd::kScalarKernels;
+    } else if (std::strcmp(name, "avx2") == 0 && f.avx2_path()) {
+        chosen = &simd::kAvx2Kernels;
+    } else if (std::strcmp(name, "avx512vnni") == 0 && f.avx512vnni_path()) {
+        chosen = &simd::kAvx512VnniKernels;
+    }
+    if (chosen == nullptr) return false;
+    active().store(chosen, std::memory_order_relaxed);
+    return true;
+}
+
+// W is (N, K), X is (ncols, K), Y is (ncols, N). Threads get contiguous row slices whose
+// boundaries are multiples of the kernel's grain; K is never split, so every output is
+// computed by one thread in one fixed order and the result is independent of thread count.
+void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                  MatKernel kernel, ThreadPool* pool) {
+    const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
+    const simd::MatRowsFn fn = kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq;
+    const int grain = kernel == MatKernel::kMMVQ ? ks->mmvq_grain : ks->mmq_grain;
+    if (pool == nullptr || pool->size() <= 1 || w.rows <= grain) {
+        fn(w, x, ncols, y, 0, w.rows);
+        return;
+    }
+    pool->parallel_for(w.rows, grain, [&](int begin, int end) { fn(w, x, ncols, y, begin, end); });
+}
+
+}  // namespace dq
+
+namespace dq::simd {
+float* kernel_scratch(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+}  // namespace dq::simd

@@ -1,0 +1,43 @@
+// Internal: the per-ISA kernel table that kernels_dispatch.cpp chooses from at start-up.
+#pragma once
+#include <cstddef>
+
+#include "../kernels.h"
+
+namespace dq::simd {
+
+// Computes Y[c, n] for rows n in [row_begin, row_end) and all ncols columns.
+// W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
+using MatRowsFn = void (*)(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                           int row_begin, int row_end);
+
+struct KernelSet {
+    const char* name;  // "scalar", "avx2", "avx512vnni"
+    MatRowsFn mmvq;    // canonical order; any ncols (groups of <= 8 columns), bitwise = reference
+    MatRowsFn mmq;     // own order, any ncols >= 1
+    int mmvq_grain;    // thread slice granularity (rows the kernel handles at once)
+    int mmq_grain;
+};
+
+// Always built (kernels_ref.cpp).
+extern const KernelSet kScalarKernels;
+// Built from csrc/simd/*_avx2.cpp / *_avx512.cpp; only called when cpu_features says so.
+extern const KernelSet kAvx2Kernels;
+extern const KernelSet kAvx512VnniKernels;
+
+// Per-thread float scratch of at least n elements (contents unspecified), owned by portable
+// code so ISA-flagged files never instantiate std:: templates (an ODR-merged copy compiled
+// with -mavx512f could otherwise be picked for the AVX2 or scalar path).
+float* kernel_scratch(size_t n);
+
+// Per-ISA row kernels (signatures of MatRowsFn), defined in csrc/simd/.
+void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
+               int row_end);
+void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
+              int row_end);
+void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                     int row_begin, int row_end);
+void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                    int row_begin, int row_end);
+
+}  // namespace dq::simd

@@ -1,0 +1,86 @@
+// Narrow MMVQ kernel body (ncols 1..8, canonical order), templated on the int8 dot op so the
+// AVX2 and AVX-512 VNNI files instantiate the same loop. Internal linkage only.
+//
+// W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
+// R rows are processed together (independent FMA chains for ILP); each weight block is
+// loaded once and applied to all NC columns. Column c of row n accumulates exactly like
+// vec_dot_q8_0_q8_0_ref: per block 8 int32 lane sums, s = wd * xd (one fp32 multiply),
+// acc = fma(s, isum, acc), canonical horizontal sum at the end.
+#pragma once
+#include "q8_0_simd.h"
+
+namespace dq::simd {
+namespace {
+
+template <class ISum, int NC, int R>
+inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const float* xd, float* y,
+                      int N, int n0) {
+    __m256 acc[R][NC];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    const BlockQ8_0* wrow[R];
+    for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
+    for (int b = 0; b < nb; ++b) {
+        for (int r = 0; r < R; ++r) {
+            const BlockQ8_0& wb = wrow[r][b];
+            const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
+            const __m256i wabs = _mm256_abs_epi8(wq);
+            // s[c] = wd * xd[c] for all columns in one multiply (same fp32 rounding as the
+            // scalar product), parked on the stack so each column takes a broadcast load.
+            alignas(32) float s_c[8];
+            _mm256_store_ps(s_c, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wb.d)),
+                                               _mm256_loadu_ps(xd + size_t(b) * 8)));
+            for (int c = 0; c < NC; ++c) {
+                const __m256i xq =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[size_t(c) * nb + b].qs));
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(wabs, wq, xq));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(s_c + c), isum, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_canonical(acc[r][c]);
+}
+
+// Rows per step: enough independent accumulators to hide FMA latency, few enough to stay in
+// 16 ymm registers (R * NC accumulators + 2 R weight registers). The thread grain (4) is a
+// multiple of every R.
+template <int NC>
+constexpr int mmvq_rows_per_step() {
+    return NC <= 2 ? 4 : (NC <= 4 ? 2 : 1);
+}
+
+template <class ISum, int NC>
+void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
+    constexpr int R = mmvq_rows_per_step<NC>();
+    const int nb = w.cols / QK8_0;
+    float* xd = kernel_scratch(size_t(nb) * 8);
+    load_activation_scales(x, NC, nb, 8, xd);
+    int n = row_begin;
+    for (; n + R <= row_end; n += R) mmvq_rows<ISum, NC, R>(w.blocks, nb, x, xd, y, w.rows, n);
+    for (; n < row_end; ++n) mmvq_rows<ISum, NC, 1>(w.blocks, nb, x, xd, y, w.rows, n);
+}
+
+// Any ncols: groups of up to 8 columns, each column still in the canonical order.
+template <class ISum>
+void mmvq_any(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
+              int row_end) {
+    const int nb = w.cols / QK8_0;
+    for (int c0 = 0; c0 < ncols; c0 += 8) {
+        const BlockQ8_0* xc = x + size_t(c0) * nb;
+        float* yc = y + size_t(c0) * w.rows;
+        switch (ncols - c0 < 8 ? ncols - c0 : 8) {
+            case 1: mmvq_nc<ISum, 1>(w, xc, yc, row_begin, row_end); break;
+            case 2: mmvq_nc<ISum, 2>(w, xc, yc, row_begin, row_end); break;
+            case 3: mmvq_nc<ISum, 3>(w, xc, yc, row_begin, row_end); break;
+            case 4: mmvq_nc<ISum, 4>(w, xc, yc, row_begin, row_end); break;
+            case 5: mmvq_nc<ISum, 5>(w, xc, yc, row_begin, row_end); break;
+            case 6: mmvq_nc<ISum, 6>(w, xc, yc, row_begin, row_end); break;
+            case 7: mmvq_nc<ISum, 7>(w, xc, yc, row_begin, row_end); break;
+            default: mmvq_nc<ISum, 8>(w, xc, yc, row_begin, row_end); break;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace dq::simd

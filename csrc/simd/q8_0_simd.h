@@ -1,0 +1,41 @@
+// Internal SIMD building blocks for the Q8_0 kernels. Include only from csrc/simd/ files
+// compiled with at least -mavx2 -mfma -mf16c. Everything here has internal linkage (static
+// or anonymous namespace) so copies compiled with different -m flags never get merged.
+#pragma once
+#include <immintrin.h>
+
+#include "../q8_0.h"
+#include "kernel_table.h"
+
+namespace dq::simd {
+namespace {
+
+// Canonical horizontal sum (kernels.h): ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)).
+inline float hsum_canonical(__m256 a) {
+    const __m128 lo = _mm256_castps256_ps128(a);
+    const __m128 hi = _mm256_extractf128_ps(a, 1);
+    const __m128 t = _mm_add_ps(lo, hi);                      // [a0+a4, a1+a5, a2+a6, a3+a7]
+    const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));      // [t0+t2, t1+t3, ., .]
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));  // u0 + u1
+}
+
+// Exact int32 lane sums of one block: lane j = sum_{i<4} w[4j+i] * x[4j+i].
+// wabs = |w| as unsigned bytes, wq = w; |w| * sign(x, w) = w * x per element. The int16 pair
+// sums stay within 2*127*127 in magnitude, so maddubs never saturates for quants in
+// [-127, 127] (quantize_row_q8_0 never produces -128; the bindings reject it).
+struct ISumAvx2 {
+    static inline __m256i isum(__m256i wabs, __m256i wq, __m256i xq) {
+        const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xq, wq));
+        return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    }
+};
+
+// fp16 scales of X (ncols rows of nb blocks) as fp32 (exact) into buf[b * stride + c].
+inline void load_activation_scales(const BlockQ8_0* x, int ncols, int nb, int stride, float* buf) {
+    for (int b = 0; b < nb; ++b)
+        for (int c = 0; c < stride; ++c)
+            buf[size_t(b) * stride + c] = c < ncols ? _cvtsh_ss(x[size_t(c) * nb + b].d) : 0.0f;
+}
+
+}  // namespace
+}  // namespace dq::simd
