@@ -1,0 +1,101 @@
+"""`dflash-qualify run`: run a protocol, seal evidence, print the report; exit 0 qualified, 1 not."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import protocol as protocol_mod
+from ..runner import Event, qualify
+
+UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", "total_ms": "ms"}
+
+
+class ProgressView:
+    """Arm, request i/N and running median on stderr: a live bar on a TTY, plain lines otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.progress: Progress | None = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> "ProgressView":
+        if self.live:
+            self.progress = Progress(
+                TextColumn("[bold]{task.fields[arm]}[/]"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                console=self.console, transient=False)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __call__(self, e: Event) -> None:
+        unit = UNITS.get(e.metric, "")
+        key = e.arm
+        if e.kind == "arm_start":
+            if self.progress is not None:
+                self.tasks[key] = self.progress.add_task("", total=None, arm=e.label,
+                                                         status="starting worker")
+            else:
+                self.console.print(f"arm {e.arm} ({e.label}): starting", highlight=False)
+            return
+        if e.kind == "arm_end":
+            if self.progress is not None and key in self.tasks:
+                self.progress.update(self.tasks[key], status="[green]done[/]")
+            return
+        group = f" [{e.group}]" if e.group else ""
+        median = f"  median {e.median:.4g} {unit}" if e.median is not None else ""
+        status = f"{e.phase}{group} {e.index}/{e.total}  {e.value:.4g} {unit}{median}"
+        if self.progress is not None:
+            self.progress.update(self.tasks[key], completed=e.index, total=e.total,
+                                 status=status)
+        else:
+            self.console.print(f"arm {e.arm}: {status}", highlight=False)
+
+
+def _invocation(spec: str | None, out: str, warmups: int | None, measured: int | None) -> str:
+    argv = ["dflash-qualify", "run", spec or protocol_mod.DEFAULT_PROTOCOL, "--out", out]
+    if warmups is not None:
+        argv += ["--warmups", str(warmups)]
+    if measured is not None:
+        argv += ["--measured", str(measured)]
+    return shlex.join(argv)
+
+
+@click.command("run")
+@click.argument("protocol", required=False)
+@click.option("--out", "out", default="./evidence", show_default=True,
+              type=click.Path(file_okay=False), help="Evidence root directory.")
+@click.option("--warmups", type=click.IntRange(0, 100000), default=None,
+              help="Warm-up requests per arm (overrides the protocol; recorded).")
+@click.option("--measured", type=click.IntRange(1, 100000), default=None,
+              help="Measured requests per arm (overrides the protocol; recorded).")
+def command(protocol: str | None, out: str, warmups: int | None, measured: int | None) -> None:
+    """Run PROTOCOL (a file or a bundled name; default exact-bands-aba) and seal evidence.
+
+    Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
+    """
+    from .. import reports
+    from ..evidence import load_evidence
+
+    loaded = protocol_mod.load(protocol, warmups=warmups, measured=measured)
+    err = Console(stderr=True)
+    invocation = _invocation(protocol, out, warmups, measured)
+    err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
+              f"{loaded.resolved['target']['model']}): evidence under {out}", highlight=False)
+    with ProgressView(err) as view:
+        outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)
+    text = reports.render(load_evidence(outcome.path), "md")
+    click.echo(text.rstrip("\n"))
+    if outcome.manifest_sha256 not in text:
+        click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")
+    err.print(f"evidence: {outcome.path}", highlight=False)
+    sys.exit(0 if outcome.qualified else 1)

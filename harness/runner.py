@@ -1,0 +1,353 @@
+"""The runner: drive a resolved protocol's arms through targets and record raw evidence.
+
+`Runner` owns the request loop (bracket: one fresh target per arm in schedule order;
+compare: one fresh target per arm kept alive while groups run interleaved main/PR) and turns
+each response into a samples.jsonl record as it arrives. `qualify` is the whole `run` flow:
+evidence directory, environment, runner, analysis, report, seal. Failures and interrupts mark
+the directory incomplete, stop every worker and raise RunFailed; nothing here prints.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import signal
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import environment
+from .errors import QualifyError, RunFailed
+from .targets import Request, Response, Target, make_target
+
+MakeTarget = Callable[[dict, dict], Target]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A progress event for the display: one arm started/finished or one request done."""
+
+    kind: str                    # "arm_start" | "request" | "arm_end"
+    arm: str
+    label: str
+    phase: str | None = None     # "warmup" | "measured"
+    index: int = 0               # 1-based request number within the phase
+    total: int = 0               # requests in the phase
+    value: float | None = None
+    median: float | None = None  # running median of the arm's measured values
+    group: str | None = None
+    metric: str = ""
+
+
+class Interrupted(BaseException):
+    """The harness received SIGINT/SIGTERM; carries the signal name."""
+
+
+def metric_value(metric: str, r: Response) -> float:
+    """The protocol metric for one response (tok/s from the engine's own prefill/decode time)."""
+    if metric == "prefill_ms":
+        return r.prefill_ms
+    if metric == "total_ms":
+        return r.prefill_ms + r.decode_ms
+    if metric == "prefill_tok_s":
+        return r.prompt_tokens / (r.prefill_ms / 1e3) if r.prefill_ms > 0 else 0.0
+    if metric == "decode_tok_s":
+        return r.generated_tokens / (r.decode_ms / 1e3) if r.decode_ms > 0 else 0.0
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Runner:
+    """Runs every arm of one resolved protocol and appends sample records to the writer."""
+
+    def __init__(self, protocol: dict[str, Any], writer: Any,
+                 make_target: MakeTarget = make_target,
+                 on_event: Callable[[Event], None] | None = None,
+                 secrets: list[str] | None = None) -> None:
+        self.protocol = protocol
+        self.secrets = list(secrets or [])
+        self.writer = writer
+        self.make_target = make_target
+        self.on_event = on_event or (lambda e: None)
+        self.arms = {a["id"]: a for a in protocol["arms"]}
+        self.samples: list[dict[str, Any]] = []
+        self.arm_info: dict[str, dict[str, Any]] = {}
+        self.live: list[Target] = []
+        self._measured: dict[str, list[float]] = {}
+        self._deadline: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> list[dict[str, Any]]:
+        """Run the schedule; returns the sample records (also appended to samples.jsonl)."""
+        try:
+            if self.protocol["kind"] == "compare":
+                self._run_compare()
+            else:
+                for arm_id in self.protocol["schedule"]:
+                    self._run_bracket_arm(self.arms[arm_id])
+        finally:
+            self.stop_all()
+        return self.samples
+
+    def stop_all(self) -> None:
+        """Tear down every live target and save its log (idempotent, never raises)."""
+        while self.live:
+            target = self.live.pop()
+            try:
+                log = target.teardown()
+            except Exception as exc:  # teardown must not hide the original failure
+                log = f"(teardown failed: {exc})\n"
+            with contextlib.suppress(Exception):
+                self._save_log(target.arm_id, log)
+
+    def kill_all(self) -> None:
+        """Immediate kill of every live worker (used when interrupted)."""
+        for target in self.live:
+            kill = getattr(target, "kill", None)
+            if kill is not None:
+                with contextlib.suppress(Exception):
+                    kill()
+
+    # ------------------------------------------------------------------ schedules
+    def _start(self, arm: dict) -> Target:
+        target = self.make_target(self.protocol, arm)
+        self.live.append(target)
+        started = time.monotonic()
+        self._deadline[arm["id"]] = started + self.protocol["timeouts"]["arm_s"]
+        info = target.prepare()
+        info["start_s"] = round(time.monotonic() - started, 3)
+        self.arm_info[arm["id"]] = info
+        return target
+
+    def _stop(self, target: Target) -> None:
+        if target in self.live:
+            self.live.remove(target)
+        self._save_log(target.arm_id, target.teardown())
+
+    def _save_log(self, arm_id: str, log: str) -> None:
+        self.writer.write_text(f"logs/{arm_id}.log", environment.redact_text(log, self.secrets))
+
+    def _run_bracket_arm(self, arm: dict) -> None:
+        prompt = self.protocol["prompts"][0]
+        self._event("arm_start", arm)
+        target = self._start(arm)
+        for phase, count in (("warmup", arm["warmups"]), ("measured", arm["measured"])):
+            for i in range(count):
+                self._request(target, arm, prompt, phase, i, count, group=None)
+        self._stop(target)
+        self._event("arm_end", arm)
+
+    def _run_compare(self) -> None:
+        order = [self.arms[a] for a in self.protocol["schedule"]]
+        targets = {}
+        for arm in order:  # each arm's process is fresh at the start and lives through all groups
+            self._event("arm_start", arm)
+            targets[arm["id"]] = self._start(arm)
+        for prompt in self.protocol["prompts"]:
+            group = prompt["id"]
+            for phase, key in (("warmup", "warmups"), ("measured", "measured")):
+                rounds = max(arm[key] for arm in order)
+                for i in range(rounds):  # interleaved: main, pr, main, pr, ...
+                    for arm in order:
+                        if i < arm[key]:
+                            self._request(targets[arm["id"]], arm, prompt, phase, i, arm[key],
+                                          group=group)
+        for arm in order:
+            self._stop(targets[arm["id"]])
+            self._event("arm_end", arm)
+
+    # ------------------------------------------------------------------ one request
+    def _request(self, target: Target, arm: dict, prompt: dict, phase: str, index: int,
+                 total: int, *, group: str | None) -> None:
+        proto = self.protocol
+        seq = len(self.samples)
+        remaining = self._deadline[arm["id"]] - time.monotonic()
+        if remaining <= 0:
+            raise RunFailed(f"arm {arm['id']}: arm timeout of "
+                            f"{proto['timeouts']['arm_s']:g} s exceeded")
+        options = {k: v for k, v in arm["engine"].items() if k == "mode"}
+        request = Request(id=f"{arm['id']}-{seq}", prompt_id=prompt["id"],
+                          max_tokens=proto["max_tokens"], text=prompt["text"],
+                          timeout_s=min(proto["timeouts"]["request_s"], remaining),
+                          options=options)
+        t_start = _utc_now()
+        t0 = time.perf_counter()
+        response = target.run_once(request)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        value = metric_value(proto["metric"], response)
+        sha = self.writer.store_response(response.data)
+        record = {
+            "seq": seq, "arm": arm["id"], "role": arm["role"], "phase": phase, "index": index,
+            "group": group, "prompt_id": prompt["id"], "metric": proto["metric"],
+            "value": value, "response_sha256": sha, "response_len": len(response.data),
+            "response_tokens": response.tokens,
+            "prompt_tokens": response.prompt_tokens,
+            "generated_tokens": response.generated_tokens,
+            "prefill_ms": response.prefill_ms, "decode_ms": response.decode_ms,
+            "cache_hits": response.cache_hits, "band_widths": response.band_widths,
+            "weight_bytes": response.weight_bytes, "wall_ms": round(wall_ms, 6),
+            "t_start_utc": t_start, "ok": True, "error": None,
+        }
+        failure = None
+        if proto["cache"] == "cold" and response.cache_hits > 0:
+            failure = (f"arm {arm['id']}: request {request.id} hit the engine cache "
+                       f"({response.cache_hits} hits) but the protocol requires cache-cold "
+                       f"requests (measure.cache = \"cold\")")
+        elif not value > 0:
+            failure = (f"arm {arm['id']}: request {request.id} has no usable "
+                       f"{proto['metric']} (prefill_ms={response.prefill_ms}, "
+                       f"decode_ms={response.decode_ms})")
+        if failure:
+            record.update(ok=False, error=failure)
+        self.writer.append_jsonl("samples.jsonl", record)
+        self.samples.append(record)
+        if failure:
+            raise RunFailed(failure)
+        key = f"{arm['id']}/{group}"
+        median = None
+        if phase == "measured":
+            self._measured.setdefault(key, []).append(value)
+            median = statistics.median(self._measured[key])
+        self._event("request", arm, phase=phase, index=index + 1, total=total, value=value,
+                    median=median, group=group)
+
+    def _event(self, kind: str, arm: dict, **kw: Any) -> None:
+        self.on_event(Event(kind=kind, arm=arm["id"], label=arm["label"],
+                            metric=self.protocol["metric"], **kw))
+
+
+# ---------------------------------------------------------------------- the whole flow
+
+@dataclass(frozen=True)
+class Outcome:
+    """A sealed run: where its evidence is, its id, the verdict and the rendered report."""
+
+    path: Path
+    manifest_sha256: str
+    qualified: bool
+    stats: dict[str, Any]
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGTERM (and SIGINT) into Interrupted while a run is in progress."""
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
+            make_target: MakeTarget = make_target,
+            on_event: Callable[[Event], None] | None = None,
+            writer_factory: Callable[[Path, str], Any] | None = None) -> Outcome:
+    """Run a loaded protocol end to end and seal its evidence.
+
+    Args:
+        loaded: a protocol.LoadedProtocol.
+        out_root: evidence root; the directory is <root>/<stamp>-<name>[.partial].
+        invocation: the command line that reproduces the run (recorded in environment.json).
+    Returns:
+        Outcome of the sealed run (qualified or not).
+    Raises:
+        RunFailed: a target failed, a timeout, a cache hit under the cold policy, or an
+            interrupt; the evidence directory stays <name>.partial with INCOMPLETE saying why.
+    """
+    from . import analysis, evidence, reports  # the stats/evidence half of the harness
+
+    protocol = loaded.resolved
+    secrets = environment.secret_values(protocol)
+    create = writer_factory or evidence.EvidenceWriter.create
+    Path(out_root).mkdir(parents=True, exist_ok=True)
+    writer = create(Path(out_root), protocol["name"])
+    partial = str(getattr(writer, "path", out_root))
+    runner = Runner(protocol, writer, make_target, on_event, secrets)
+    env_record: dict[str, Any] = {}
+    try:
+        with _signals_raise():
+            writer.write_json("protocol.json", environment.redact_protocol(protocol))
+            writer.write_bytes("protocol.toml",
+                               environment.redact_bytes(loaded.source_bytes, secrets))
+            env_record = environment.redact_strings(
+                environment.capture(protocol, invocation=invocation), secrets)
+            writer.write_json("environment.json", env_record)
+            samples = runner.run()
+            env_record = environment.redact_strings(
+                environment.finish(env_record, protocol, runner.arm_info), secrets)
+            writer.write_json("environment.json", env_record)
+            writer.write_text("samples.csv", analysis.samples_csv(samples))
+            store = _response_reader(writer)
+            stats = analysis.compute(protocol, samples, store)
+            writer.write_json("stats.json", stats)
+            writer.write_text("report.md", reports.render_markdown(
+                environment.redact_protocol(protocol), env_record, stats, samples))
+            path, manifest_sha = writer.seal()
+    except (Interrupted, KeyboardInterrupt) as exc:
+        name = str(exc) if isinstance(exc, Interrupted) else "SIGINT"
+        _abandon(runner, writer, f"interrupted: {name}")
+        raise RunFailed(f"interrupted ({name}); evidence left incomplete in {partial}",
+                        evidence_dir=partial) from None
+    except QualifyError as exc:
+        _abandon(runner, writer, f"failed: {exc}")
+        raise RunFailed(f"run failed: {exc}; evidence left incomplete in {partial}",
+                        evidence_dir=partial) from None
+    except OSError as exc:
+        _abandon(runner, writer, f"failed: {exc}")
+        raise RunFailed(f"run failed writing evidence: {exc}; evidence left incomplete in "
+                        f"{partial}", evidence_dir=partial) from None
+    except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live
+        _abandon(runner, writer, f"failed: internal error {type(exc).__name__}: {exc}")
+        raise
+    return Outcome(path=Path(path), manifest_sha256=manifest_sha,
+                   qualified=bool(stats["verdict"]["qualified"]), stats=stats)
+
+
+def _abandon(runner: Runner, writer: Any, reason: str) -> None:
+    """Failure path: kill and reap every worker, save their logs, mark the directory incomplete."""
+    with _signals_ignored():
+        runner.kill_all()
+        runner.stop_all()
+        with contextlib.suppress(Exception):
+            writer.mark_incomplete(reason)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C while cleaning up must not leave workers behind."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _response_reader(writer: Any) -> Callable[[str], bytes]:
+    """sha256 -> the stored response bytes (read back from the evidence being written)."""
+    root = Path(writer.path)
+
+    def read(sha: str) -> bytes:
+        data = (root / "responses" / f"{sha}.bin").read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise RunFailed(f"stored response {sha} does not match its hash")
+        return data
+
+    return read

@@ -1,0 +1,32 @@
+"""Targets: how the runner reaches an engine (one instance per arm). Register kinds in TARGETS."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import UsageError
+from .base import Request, Response, Target, TargetError
+from .worker import WorkerTarget, embedded_argv
+
+__all__ = ["Request", "Response", "Target", "TargetError", "WorkerTarget", "make_target",
+           "TARGETS"]
+
+
+def _embedded(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
+    return WorkerTarget(arm["id"], embedded_argv(protocol["target"], arm), arm["env"],
+                        start_timeout_s=protocol["timeouts"]["start_s"])
+
+
+# target kind (protocol [target].kind) -> factory(protocol, arm) -> a fresh Target
+TARGETS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Target]] = {
+    "embedded": _embedded,
+}
+
+
+def make_target(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
+    """A fresh, unprepared target for one arm of a resolved protocol."""
+    kind = protocol["target"]["kind"]
+    factory = TARGETS.get(kind)
+    if factory is None:
+        raise UsageError(f"target kind {kind!r} is not supported by this version",
+                         field="target.kind")
+    return factory(protocol, arm)
