@@ -224,6 +224,9 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     gate = _gate(ck, ck.sub_table(doc, "gate", "gate"), kind)
     arms = _arms(ck, doc["arms"], kind, measure)
     schedule = _schedule(ck, doc.get("schedule"), arms)
+    if measure["cache"] == "cold" and target["prefix_cache_slots"] > 0:
+        ck.fail("target.prefix_cache_slots", '0 when measure.cache = "cold"',
+                target["prefix_cache_slots"])
 
     return {
         "schema_version": version, "kind": kind, "name": name, "description": description,

@@ -1,0 +1,183 @@
+"""Protocol loading: bundled protocols resolve; bad files give one precise line and exit 2."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dflash_qualify.harness import protocol
+from dflash_qualify.harness.cli import main
+from dflash_qualify.harness.errors import UsageError
+
+GOOD = """\
+schema_version = 1
+kind = "bracket"
+name = "t"
+
+[measure]
+warmups = 1
+measured = 3
+
+[[prompts]]
+id = "p"
+text = "hello"
+
+[[arms]]
+id = "A"
+role = "reference"
+
+[[arms]]
+id = "cand"
+role = "candidate"
+env = { DFLASH_DS4_EXACT_PREFILL_BANDS = "1" }
+engine = { chunk = 4 }
+
+[[arms]]
+id = "B"
+role = "reference"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "p.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", protocol.bundled_names())
+def test_bundled_protocols_load(name):
+    loaded = protocol.load(name)
+    r = loaded.resolved
+    assert r["name"] == name
+    assert r["schema_version"] == 1
+    assert r["source"]["bundled"] is True
+    assert loaded.source_bytes.startswith(b"#")
+    ids = [a["id"] for a in r["arms"]]
+    assert r["schedule"] == ids
+    for p in r["prompts"]:
+        assert p["text"] and p["bytes"] == len(p["text"].encode())
+
+
+def test_default_protocol_is_the_aba_bracket():
+    r = protocol.load(None).resolved
+    assert r["name"] == "exact-bands-aba" and r["kind"] == "bracket"
+    assert [a["role"] for a in r["arms"]] == ["reference", "candidate", "reference"]
+    assert r["target"]["model"] == "ds4-mini" and r["cache"] == "cold"
+    assert all(a["warmups"] == 2 and a["measured"] == 5 for a in r["arms"])
+    assert r["metric"] == "prefill_tok_s" and r["direction"] == "higher"
+    cand = r["arms"][1]
+    assert cand["env"]["DFLASH_DS4_EXACT_PREFILL_BANDS"] == "1"
+    assert r["arms"][0]["env"]["DFLASH_DS4_EXACT_PREFILL_BANDS"] is None  # unset for q1
+
+
+def test_compare_protocol_groups_and_direction():
+    r = protocol.load("narrow-mmvq-compare").resolved
+    assert r["kind"] == "compare" and r["groups"] == ["64", "128"]
+    assert r["direction"] == "lower" and r["gate"]["require_identical"] is False
+    main_arm, pr = r["arms"]
+    assert main_arm["env"]["LUCE_MMVQ_MAX_NCOLS"] == "1" and pr["env"]["LUCE_MMVQ_MAX_NCOLS"] is None
+    assert [len(p["text"]) for p in r["prompts"]] == [64, 128]
+
+
+def test_overrides_apply_to_every_arm_and_are_recorded(tmp_path):
+    r = protocol.load(str(write(tmp_path, GOOD)), warmups=0, measured=2).resolved
+    assert all(a["warmups"] == 0 and a["measured"] == 2 for a in r["arms"])
+    assert r["overrides"] == {"warmups": 0, "measured": 2}
+
+
+def test_prompt_file_relative_to_protocol(tmp_path):
+    (tmp_path / "q.txt").write_text("a prompt from a file")
+    text = GOOD.replace('text = "hello"', 'file = "q.txt"')
+    r = protocol.load(str(write(tmp_path, text))).resolved
+    assert r["prompts"][0]["text"] == "a prompt from a file"
+
+
+# (edit to GOOD, exact one-line message after "<file>: ")
+BAD = [
+    ("syntax", lambda s: s.replace('name = "t"', 'name = "t'),
+     "TOML syntax error: Illegal character '\\n' (at line 3, column 10)"),
+    ("missing key", lambda s: s.replace('name = "t"\n', ''),
+     "name: missing required key"),
+    ("wrong type", lambda s: s.replace("measured = 3", 'measured = "5"'),
+     "measure.measured: expected an integer from 1 to 100000, found string '5'"),
+    ("unknown key", lambda s: s.replace("warmups = 1", "warmup = 1"),
+     "measure.warmup: unknown key (allowed here: arm_timeout_s, cache, max_tokens, measured, "
+     "metric, request_timeout_s, start_timeout_s, warmups)"),
+    ("bad role", lambda s: s.replace('id = "B"\nrole = "reference"', 'id = "B"\nrole = "control"'),
+     "arms[2].role: expected one of \"reference\", \"candidate\", found string 'control'"),
+    ("bad env value", lambda s: s.replace('DFLASH_DS4_EXACT_PREFILL_BANDS = "1"',
+                                          "LUCE_MMVQ_MAX_NCOLS = [1, 2]"),
+     "arms[1].env.LUCE_MMVQ_MAX_NCOLS: expected a string, an integer, or false (unset), "
+     "found an array of 2"),
+    ("float env value", lambda s: s.replace('DFLASH_DS4_EXACT_PREFILL_BANDS = "1"',
+                                            "LUCE_MMVQ_MAX_NCOLS = 1.5"),
+     "arms[1].env.LUCE_MMVQ_MAX_NCOLS: expected a string, an integer, or false (unset), "
+     "found float 1.5"),
+    ("schema version", lambda s: s.replace("schema_version = 1", "schema_version = 2"),
+     "schema_version: expected 1 (the only version this tool reads), found integer 2"),
+    ("bad kind", lambda s: s.replace('kind = "bracket"', 'kind = "abba"'),
+     "kind: expected one of \"bracket\", \"compare\", found string 'abba'"),
+    ("no candidate", lambda s: s.replace('role = "candidate"', 'role = "reference"'),
+     "arms: expected one candidate arm and at least one reference arm, found 3 reference and "
+     "0 candidate arms"),
+    ("duplicate arm", lambda s: s.replace('id = "B"', 'id = "A"'),
+     "arms[2].id: expected an id not used by another arm, found string 'A'"),
+    ("bad engine arg", lambda s: s.replace("chunk = 4", "chunk = 0"),
+     "arms[1].engine.chunk: expected an integer from 1 to 64, found integer 0"),
+    ("unknown engine arg", lambda s: s.replace("chunk = 4", "chunks = 4"),
+     "arms[1].engine.chunks: unknown key (allowed here: bands, chunk, mmvq_max_ncols, mode)"),
+    ("key in the wrong table", lambda s: s + 'schedule = ["A", "cand", "C"]\n',
+     "arms[2].schedule: unknown key (allowed here: engine, env, id, label, measured, role, "
+     "warmups)"),
+    ("two prompt sources", lambda s: s.replace('text = "hello"', 'text = "hello"\nlength = 4'),
+     "prompts[0]: expected exactly one of text, file or length, found text, length"),
+    ("missing prompt file", lambda s: s.replace('text = "hello"', 'file = "nope.txt"'),
+     "prompts[0].file: expected a file relative to the protocol or the bundled protocols "
+     "directory, found 'nope.txt', which does not exist"),
+    ("bad metric", lambda s: s.replace("warmups = 1", 'warmups = 1\nmetric = "tok_s"'),
+     "measure.metric: expected one of \"prefill_tok_s\", \"prefill_ms\", \"decode_tok_s\", "
+     "\"total_ms\", found string 'tok_s'"),
+]
+
+
+@pytest.mark.parametrize("case,edit,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_protocol_message(tmp_path, case, edit, message):
+    path = write(tmp_path, edit(GOOD))
+    with pytest.raises(UsageError) as err:
+        protocol.load(str(path))
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_schedule_must_name_arms(tmp_path):
+    text = GOOD.replace('name = "t"\n', 'name = "t"\nschedule = ["A", "cand", "C"]\n')
+    with pytest.raises(UsageError, match=r"schedule\[2\]: expected one of \"A\", \"cand\", \"B\""):
+        protocol.load(str(write(tmp_path, text)))
+
+
+def test_unknown_bundled_name_lists_the_bundled_ones():
+    with pytest.raises(UsageError, match="unknown protocol 'exact-bandz'.*exact-bands-aba"):
+        protocol.load("exact-bandz")
+
+
+@pytest.mark.parametrize("case,edit,message", BAD[:6], ids=[b[0] for b in BAD[:6]])
+def test_cli_bad_protocol_exit_2_one_line(tmp_path, case, edit, message):
+    path = write(tmp_path, edit(GOOD))
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(tmp_path / "ev")])
+    assert result.exit_code == 2
+    assert result.output == f"error: {path}: {message}\n"
+    assert not (tmp_path / "ev").exists()  # nothing written for a bad protocol
+
+
+def test_cli_subprocess_no_traceback(tmp_path):
+    path = write(tmp_path, GOOD.replace('kind = "bracket"', "kind = 3"))
+    exe = Path(sys.executable).parent / "dflash-qualify"
+    done = subprocess.run([str(exe), "run", str(path),
+                           "--out", str(tmp_path / "ev")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {path}: kind: expected one of \"bracket\", \"compare\", found integer 3"]
