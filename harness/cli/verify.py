@@ -1,0 +1,36 @@
+"""`dflash-qualify verify DIR`: re-hash and recompute an evidence directory; print OK or each problem."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EvidenceInvalid
+from ..evidence import Evidence, load_evidence
+from ..verify import verify
+
+
+def load_verified(directory: Path) -> Evidence:
+    """Verify, then load; EvidenceInvalid (exit 1) naming the first problem if it does not verify."""
+    result = verify(directory)
+    if not result.ok:
+        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
+        raise EvidenceInvalid(f"{directory} failed verification: {result.problems[0]}{more}; "
+                              f"run `dflash-qualify verify {directory}` for every problem")
+    return load_evidence(directory)
+
+
+@click.command(help="Re-hash every file of an evidence directory against its manifest, reject "
+                    "missing, extra, modified, linked or path-escaping entries, and recompute the "
+                    "statistics from the raw samples. Exit 0 if it verifies, 1 if not.")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def command(directory: Path) -> None:
+    result = verify(directory)
+    if result.ok:
+        click.echo(f"OK {result.manifest_sha}")
+        return
+    for problem in result.problems:
+        click.echo(f"{directory}/{problem}" if problem.path != "." else f"{directory}: {problem.message}")
+    click.echo(f"INVALID: {len(result.problems)} problem(s) in {directory}")
+    sys.exit(1)

@@ -1,0 +1,208 @@
+"""Markdown report in the layout of DESIGN.md's PR-report example (returns text; no IO)."""
+from __future__ import annotations
+
+from ..analysis import describe_mismatch
+from .base import ReportInput, fmt_p, fmt_pct, fmt_value, with_unit
+
+
+def _reference_word(labels: list[str]) -> str:
+    """What the reference arms have in common, e.g. 'q1' from 'q1 reference A' / 'q1 reference B'."""
+    if len(labels) == 1:
+        words = labels[0].split()
+    else:
+        split = [label.split() for label in labels]
+        words = []
+        for column in zip(*split):
+            if len(set(column)) != 1:
+                break
+            words.append(column[0])
+    while words and words[-1].lower().rstrip(":") in ("reference", "ref", "arm"):
+        words.pop()
+    return " ".join(words) or "reference"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _arm_table(arms: list[dict], decimals: int) -> list[str]:
+    lines = ["| arm | samples (every measured value) | median | MAD |", "| --- | --- | --- | --- |"]
+    for arm in arms:
+        values = ", ".join(fmt_value(v, decimals) for v in arm["values"]) or "(none)"
+        lines.append(f"| {arm['label']} | {values} | {fmt_value(arm['median'], decimals)} "
+                     f"| {fmt_value(arm['mad'], decimals)} |")
+    return lines
+
+
+def _gain_phrase(stats: dict, gain: float | None) -> str:
+    if gain is None:
+        return "no gain could be computed"
+    if stats["direction"] == "higher":
+        return f"a {fmt_pct(gain)} gain"
+    metric = stats["metric"]
+    what = metric[:-3].replace("_", " ") + " time" if metric.endswith("_ms") else "time"
+    return f"{fmt_pct(gain)} lower {what}"
+
+
+def _comparison_lines(stats: dict, comp: dict, arms: list[dict]) -> list[str]:
+    d, unit = stats["decimals"], stats["unit"]
+    refs = [a for a in arms if a["role"] == "reference"]
+    cand = next(a for a in arms if a["role"] == "candidate")
+    ref_word = _reference_word([a["label"] for a in refs])
+    pooled = comp["pooled_reference"]
+    pooled_word = "pooled " if len(refs) > 1 else ""
+    verb = "reached" if stats["direction"] == "higher" else "took"
+    text = (f"The {pooled_word}{pooled['n']}-sample {ref_word} median was "
+            f"{with_unit(fmt_value(pooled['median'], d), unit)}. "
+            f"{_cap(cand['label'])} {verb} {with_unit(fmt_value(comp['candidate']['median'], d), unit)}, "
+            f"{_gain_phrase(stats, comp['gain_pct'])}.")
+    if comp["drift_pct"] is not None:
+        which = "two" if len(refs) == 2 else "first and last"
+        text += f" The {which} {ref_word} brackets differed by {fmt_pct(comp['drift_pct'])}."
+    elif stats["kind"] == "bracket":
+        text += f" Bracket drift: n/a ({comp['drift_reason']})."
+    ci = comp["ci"]
+    name = stats["gain_name"]
+    if ci["low"] is None:
+        ci_text = f"{name.capitalize()} {ci['confidence'] * 100:g}% CI: n/a ({ci['reason']})."
+    else:
+        note = " (degenerate: every resample gave the same value)" if ci["degenerate"] else ""
+        ci_text = (f"{name.capitalize()} {ci['confidence'] * 100:g}% CI: [{fmt_pct(ci['low'])}, "
+                   f"{fmt_pct(ci['high'])}]{note} (percentile bootstrap, {ci['resamples']} resamples, "
+                   f"seed {ci['seed']}).")
+    rank = comp["rank_test"]
+    p_text = (f"Mann-Whitney U two-sided p = {fmt_p(rank['p_value'])} (candidate vs pooled reference)."
+              if rank["p_value"] is not None else f"Mann-Whitney U p-value: n/a ({rank['reason']}).")
+    return [text, "", f"{ci_text} {p_text}"]
+
+
+def _responses_lines(stats: dict) -> list[str]:
+    resp, req = stats["responses"], stats["requests"]
+    n = req["total"]
+    cold = req["cache_recorded"] == n and req["cache_hit_requests"] == 0 and n > 0
+    gated = stats["gate"]["require_identical"]
+    lines: list[str] = []
+    if resp["identical"] is None:
+        lines.append(f"No response SHA-256 was recorded for the {n} requests, so identical output is unproven.")
+    elif resp["identical"]:
+        subject = f"All {n} requests" if resp["hashed"] == n else f"All {resp['hashed']} hashed requests"
+        state = " were cache-cold and" if cold else ""
+        if len(resp["prompts"]) == 1:
+            lines.append(f"{subject}{state} produced the same response SHA-256: {resp['prompts'][0]['sha256']}")
+        else:
+            lines.append(f"{subject}{state} produced the same response SHA-256 per prompt:")
+            lines.append("")
+            lines += [f"- {_prompt_name(p)}: {p['sha256']} ({p['requests']} requests)" for p in resp["prompts"]]
+    else:
+        lead = "Responses differ" + ("" if gated else " (reported, not gated: gate.require_identical is false)")
+        lines.append(f"{lead}: {resp['mismatches']} of {resp['hashed']} hashed requests differ from "
+                     f"their prompt's reference response. First: {describe_mismatch(resp['first_mismatch'])}.")
+        lines.append("")
+        lines += [f"- {_prompt_name(p)}: reference {p['sha256']}, {p['distinct']} distinct response(s) "
+                  f"in {p['requests']} requests" for p in resp["prompts"]]
+    notes = []
+    if req["failed"]:
+        notes.append(f"{req['failed']} of {n} requests failed")
+    if req["cache_hit_requests"]:
+        notes.append(f"{req['cache_hit_requests']} requests hit a cache")
+    if not req["cache_recorded"]:
+        notes.append("cache state was not recorded")
+    lines.append("")
+    lines.append(f"Hashed bytes: {resp['bytes_hashed']}; warm-ups included."
+                 + (f" Note: {'; '.join(notes)}." if notes else ""))
+    return lines
+
+
+def _prompt_name(p: dict) -> str:
+    parts = [f"group {p['group']}" if p["group"] else "", f"prompt {p['prompt_id']}" if p["prompt_id"] else ""]
+    return ", ".join(x for x in parts if x) or "prompt"
+
+
+def _verdict_lines(stats: dict) -> list[str]:
+    v = stats["verdict"]
+    head = "**Verdict: QUALIFIED**" if v["qualified"] else \
+        "**Verdict: NOT QUALIFIED** (" + ", ".join(f"`{r}`" for r in v["reasons"]) + ")"
+    lines = [head, "", "| condition | result | detail |", "| --- | --- | --- |"]
+    for c in v["conditions"]:
+        name = c["name"] + (f" [{c['group']}]" if c["group"] is not None else "")
+        result = "pass" if c["passed"] else f"FAIL `{c['reason']}`"
+        lines.append(f"| {name} | {result} | {c['message']} |")
+    t = v["thresholds"]
+    lines += ["", f"Thresholds: min gain {fmt_pct(t['min_gain_pct'])} (point estimate; the CI must lie "
+                  f"above zero), max drift {fmt_pct(t['max_drift_pct'])} and below half the gain, "
+                  f"identical responses {'required' if t['require_identical'] else 'reported only'}."]
+    return lines
+
+
+def _get(env: dict, *path: str):
+    cur = env
+    for key in path:
+        if not isinstance(cur, dict) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def _brief(value) -> str | None:
+    if value is None or value == "" or value == {}:
+        return None
+    if isinstance(value, dict):
+        for key in ("model", "name", "version", "pretty", "summary"):
+            if isinstance(value.get(key), (str, int, float)):
+                return str(value[key])
+        return None
+    return str(value)
+
+
+def _environment_lines(env: dict) -> list[str]:
+    items = []
+    for label, path in (("host", ("host",)), ("CPU", ("cpu", "model")), ("governor", ("cpu", "governor")),
+                        ("OS", ("os",)), ("Python", ("python",)), ("tool", ("tool_version",)),
+                        ("SIMD", ("engine_build", "simd")), ("build", ("engine_build", "build_type")),
+                        ("git", ("git", "sha")), ("started", ("started_utc",)),
+                        ("finished", ("finished_utc",))):
+        text = _brief(_get(env, *path))
+        if text:
+            if label == "git" and _get(env, "git", "dirty"):
+                text += " (dirty)"
+            items.append(f"{label} {text}")
+    return [f"Environment: {'; '.join(items)}." if items else "Environment: not recorded."]
+
+
+def render_markdown(protocol: dict, environment: dict, stats: dict, samples: list,
+                    manifest_sha: str | None, *, in_evidence: bool = True) -> str:
+    """The PR-style markdown report.
+
+    manifest_sha None (report.md written before sealing) points at manifest.json instead;
+    in_evidence False (`analyze`) leaves the evidence line out.
+    """
+    name = protocol.get("name") or "qualification"
+    status = "qualified" if stats["verdict"]["qualified"] else "not qualified"
+    lines = [f"# {name}: {status}", ""]
+    if protocol.get("description"):
+        lines += [protocol["description"], ""]
+    better = "higher" if stats["direction"] == "higher" else "lower"
+    unit = f", {stats['unit']}" if stats["unit"] else ""
+    lines += [f"Metric: `{stats['metric']}` ({better} is better{unit}).", ""]
+    for comp in stats["comparisons"]:
+        arms = [a for a in stats["arms"] if a["group"] == comp["group"]]
+        if comp["group"] is not None:
+            lines += [f"## {comp['group']}", ""]
+        lines += _arm_table(arms, stats["decimals"]) + [""]
+        lines += _comparison_lines(stats, comp, arms) + [""]
+    lines += _responses_lines(stats) + [""]
+    lines += _verdict_lines(stats) + [""]
+    invocation = environment.get("invocation") if isinstance(environment, dict) else None
+    if invocation:
+        lines += [f"Reproduce: `{invocation}`", ""]
+    lines += _environment_lines(environment if isinstance(environment, dict) else {}) + [""]
+    if in_evidence:
+        lines.append(f"Evidence manifest SHA-256: {manifest_sha}" if manifest_sha else
+                     "Evidence manifest SHA-256: see manifest.json (written when the evidence is sealed)")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render(inp: ReportInput) -> str:
+    """Registry entry: markdown of one evidence directory."""
+    return render_markdown(inp.protocol, inp.environment, inp.stats, inp.samples, inp.manifest_sha,
+                           in_evidence=inp.in_evidence)

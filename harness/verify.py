@@ -1,0 +1,254 @@
+"""Verify an evidence directory: re-hash every file against the manifest, then recompute its statistics.
+
+Never raises on hostile input: every finding is a Problem (path + what), and anything
+unexpected becomes one too. Checks follow docs/evidence-format.md and DESIGN.md
+("verify re-hashes everything, rejects missing, extra, modified, linked or
+path-escaping entries, and recomputes stats from raw samples").
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import analysis
+from .errors import QualifyError
+from .evidence import (MANIFEST, MANIFEST_SCHEMA, MANIFEST_VERSION, check_rel_path,
+                       incomplete_reason, parse_json, read_json, read_jsonl, sha256_file)
+
+REQUIRED = ("protocol.json", "environment.json", "samples.jsonl", "stats.json")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One verification finding: the evidence-relative path and what is wrong with it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of verify(): ok only when there are no problems."""
+
+    path: Path
+    manifest_sha: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(Problem(path, message))
+
+
+def verify(evidence_dir: Path) -> VerifyResult:
+    """Check one evidence directory; return every problem found (never raises)."""
+    evidence_dir = Path(evidence_dir)
+    result = VerifyResult(evidence_dir)
+    try:
+        _verify(evidence_dir, result)
+    except Exception as exc:  # noqa: BLE001 - hostile input must become a finding, not a crash
+        result.add(".", f"unexpected error while verifying: {type(exc).__name__}: {exc}")
+    return result
+
+
+def _verify(root: Path, result: VerifyResult) -> None:
+    if os.path.islink(root):
+        result.add(".", "the evidence directory itself is a symbolic link")
+        return
+    if not root.is_dir():
+        result.add(".", "not a directory" if root.exists() else "does not exist")
+        return
+    reason = incomplete_reason(root)
+    if reason:
+        result.add(".", reason)
+    on_disk = _scan(root, result)
+    manifest_entries = _read_manifest(root, result)
+    if manifest_entries is None:
+        return
+    listed = {}
+    for i, entry in enumerate(manifest_entries):
+        listed.setdefault(entry["path"], entry)
+    for rel, entry in sorted(listed.items()):
+        if rel not in on_disk:
+            target = root / rel
+            if os.path.isdir(target) and not os.path.islink(target):
+                result.add(rel, "listed in manifest.json as a file but is a directory")
+            elif not os.path.lexists(target):
+                result.add(rel, "missing (listed in manifest.json, not on disk)")
+            # else: a link or special file, already reported by the scan
+            continue
+        size, digest = sha256_file(root / rel)
+        if size != entry["size"]:
+            result.add(rel, f"modified: size {size} bytes, manifest says {entry['size']}")
+        elif digest != entry["sha256"]:
+            result.add(rel, f"modified: sha256 {digest}, manifest says {entry['sha256']}")
+    for rel in sorted(set(on_disk) - set(listed) - {MANIFEST}):
+        result.add(rel, "extra file (on disk, not listed in manifest.json)")
+    for rel in REQUIRED:
+        if rel not in listed and rel not in on_disk:
+            result.add(rel, "required file missing")
+    _recompute(root, result)
+
+
+def _scan(root: Path, result: VerifyResult) -> set[str]:
+    """Every regular file under root (relative posix paths); links and special files are problems."""
+    files: set[str] = set()
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            rel = Path(entry.path).relative_to(root).as_posix()
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(entry.path)
+                except OSError:
+                    target = "?"
+                result.add(rel, f"symbolic link (to {target}); evidence must hold regular files only")
+            elif stat.S_ISDIR(st.st_mode):
+                stack.append(Path(entry.path))
+            elif stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    result.add(rel, f"hard-linked file ({st.st_nlink} links); evidence files must be unshared")
+                files.add(rel)
+            else:
+                result.add(rel, "not a regular file")
+    return files
+
+
+def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
+    path = root / MANIFEST
+    if not os.path.lexists(path):
+        result.add(MANIFEST, "missing: the directory is not sealed")
+        return None
+    if os.path.islink(path) or not path.is_file():
+        return None  # reported by the scan
+    data = path.read_bytes()
+    result.manifest_sha = hashlib.sha256(data).hexdigest()
+    try:
+        manifest = parse_json(data)
+    except ValueError as exc:
+        result.add(MANIFEST, f"not valid JSON ({exc})")
+        return None
+    if not isinstance(manifest, dict):
+        result.add(MANIFEST, f"expected a JSON object, got {type(manifest).__name__}")
+        return None
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        result.add(MANIFEST, f"schema: expected {MANIFEST_SCHEMA!r}, got {manifest.get('schema')!r}")
+        return None
+    if manifest.get("version") != MANIFEST_VERSION or isinstance(manifest.get("version"), bool):
+        result.add(MANIFEST, f"version: expected {MANIFEST_VERSION}, got {manifest.get('version')!r} "
+                             "(this tool reads manifest version 1 only)")
+        return None
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        result.add(MANIFEST, f"files: expected a list, got {type(files).__name__}")
+        return None
+    good, seen = [], set()
+    for i, entry in enumerate(files):
+        where = f"files[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"path", "size", "sha256"}:
+            result.add(MANIFEST, f"{where}: expected an object with exactly path, size, sha256, got {entry!r}")
+            continue
+        rel, size, digest = entry["path"], entry["size"], entry["sha256"]
+        problem = check_rel_path(rel)
+        if problem:
+            result.add(MANIFEST, f"{where}: path {rel!r} {problem}")
+            continue
+        if rel == MANIFEST:
+            result.add(MANIFEST, f"{where}: the manifest must not list itself")
+            continue
+        if rel in seen:
+            result.add(MANIFEST, f"{where}: duplicate entry for {rel!r}")
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            result.add(MANIFEST, f"{where}: size of {rel!r}: expected an integer >= 0, got {size!r}")
+            continue
+        if not isinstance(digest, str) or not _SHA_RE.match(digest):
+            result.add(MANIFEST, f"{where}: sha256 of {rel!r}: expected 64 lowercase hex digits, got {digest!r}")
+            continue
+        seen.add(rel)
+        good.append(entry)
+    paths = [e["path"] for e in files if isinstance(e, dict) and isinstance(e.get("path"), str)]
+    if paths != sorted(paths):
+        result.add(MANIFEST, "files: entries are not sorted by path")
+    return good
+
+
+def _recompute(root: Path, result: VerifyResult) -> None:
+    """Recompute stats.json through analysis.compute and samples.csv from samples.jsonl."""
+    try:
+        protocol = read_json(root, "protocol.json")
+        samples = read_jsonl(root, "samples.jsonl")
+        stored = read_json(root, "stats.json")
+    except QualifyError as exc:
+        result.add("stats.json", f"cannot recompute: {exc}")
+        return
+
+    def response_bytes(sha: str) -> bytes:
+        if not _SHA_RE.match(str(sha)):
+            raise KeyError(sha)
+        p = root / "responses" / f"{sha}.bin"
+        if os.path.islink(p):
+            raise KeyError(sha)
+        return p.read_bytes()
+
+    try:
+        recomputed = analysis.compute(protocol, samples, response_bytes)
+    except QualifyError as exc:
+        result.add("stats.json", f"cannot recompute: {exc}")
+        return
+    difference = _first_difference(stored, recomputed, "")
+    if difference:
+        result.add("stats.json", f"does not match statistics recomputed from samples.jsonl: {difference}")
+    for s in samples:
+        sha = s.get("response_sha256")
+        if sha and s.get("ok", True) is not False and not os.path.isfile(root / "responses" / f"{sha}.bin"):
+            result.add(f"responses/{sha}.bin", f"missing: response of request seq {s.get('seq')} is not stored")
+            break
+    csv_path = root / "samples.csv"
+    if os.path.lexists(csv_path) and not os.path.islink(csv_path):
+        if csv_path.read_bytes() != analysis.samples_csv(samples).encode("utf-8"):
+            result.add("samples.csv", "does not match samples.jsonl (analysis.samples_csv)")
+
+
+def _first_difference(stored, fresh, where: str) -> str | None:
+    """The first field where two JSON values differ, as 'field: stored X, recomputed Y'."""
+    label = where or "(top level)"
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        for key in sorted(set(stored) | set(fresh), key=str):
+            sub = f"{where}.{key}" if where else str(key)
+            if key not in stored:
+                return f"{sub}: missing from stats.json"
+            if key not in fresh:
+                return f"{sub}: not produced by recomputation"
+            found = _first_difference(stored[key], fresh[key], sub)
+            if found:
+                return found
+        return None
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return f"{label}: stored {len(stored)} items, recomputed {len(fresh)}"
+        for i, (a, b) in enumerate(zip(stored, fresh)):
+            found = _first_difference(a, b, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if type(stored) is not type(fresh) or stored != fresh:
+        if isinstance(stored, (int, float)) and isinstance(fresh, (int, float)) \
+                and not isinstance(stored, bool) and not isinstance(fresh, bool) and stored == fresh:
+            return None
+        return f"{label}: stored {stored!r}, recomputed {fresh!r}"
+    return None
