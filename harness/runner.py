@@ -295,7 +295,7 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
             stats = analysis.compute(protocol, samples, store)
             writer.write_json("stats.json", stats)
             writer.write_text("report.md", reports.render_markdown(
-                environment.redact_protocol(protocol), env_record, stats, samples))
+                environment.redact_protocol(protocol), env_record, stats, samples, None))
             path, manifest_sha = writer.seal()
     except (Interrupted, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, Interrupted) else "SIGINT"
