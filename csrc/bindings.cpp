@@ -1,12 +1,184 @@
 // pybind11 glue for dflash_qualify.engine._core: argument marshalling only, no math.
+// Validation with user-facing messages lives in engine/ (Python); C++ errors surface as ValueError.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
 
 #include "bind_kernels.h"
+#include "kernels.h"
+#include "model_forward.h"
+#include "model_scheduler.h"
+#include "model_session.h"
 
 namespace py = pybind11;
+using namespace dq;
+
+namespace {
+
+ModelConfig config_from_dict(const py::dict& d) {
+    ModelConfig c;
+    auto geti = [&](const char* k) { return d[k].cast<int>(); };
+    auto getf = [&](const char* k) { return d[k].cast<float>(); };
+    c.name = d["name"].cast<std::string>();
+    c.vocab = geti("vocab");
+    c.d_model = geti("d_model");
+    c.n_layers = geti("n_layers");
+    c.n_heads = geti("n_heads");
+    c.head_dim = geti("head_dim");
+    c.rope_dim = geti("rope_dim");
+    c.n_swa = geti("n_swa");
+    c.n_experts = geti("n_experts");
+    c.top_k = geti("top_k");
+    c.d_ff = geti("d_ff");
+    c.n_hash_layers = geti("n_hash_layers");
+    c.hc_mult = geti("hc_mult");
+    c.sinkhorn_iters = geti("sinkhorn_iters");
+    c.ctx = geti("ctx");
+    c.ratios = d["ratios"].cast<std::vector<int>>();
+    c.rope_theta = getf("rope_theta");
+    c.norm_eps = getf("norm_eps");
+    c.routed_scale = getf("routed_scale");
+    c.swiglu_limit = getf("swiglu_limit");
+    c.seed = d["seed"].cast<uint64_t>();
+    return c;
+}
+
+py::dict stats_dict(const StepStats& s) {
+    py::dict ops;
+    for (int k = 0; k < kOpCount; ++k) ops[op_family_name(k)] = s.op_ns[k];
+    py::dict out;
+    out["weight_bytes"] = s.weight_bytes;
+    out["matmul_calls"] = s.matmul_calls;
+    out["used_mmq"] = s.used_mmq;
+    out["op_ns"] = ops;
+    return out;
+}
+
+template <class T>
+py::array_t<T> copy_array(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+    py::array_t<T> a(shape);
+    std::copy(v.begin(), v.begin() + a.size(), a.mutable_data());
+    return a;
+}
+
+py::dict session_state(const Session& s) {
+    const State& st = s.state();
+    const ModelConfig& c = s.model().config();
+    const py::ssize_t hd = c.head_dim;
+    py::dict out;
+    out["pos"] = py::array_t<int32_t>(std::vector<py::ssize_t>{1}, &st.pos);
+    out["hc_streams"] = copy_array(st.hc_streams, {c.hc_mult, c.d_model});
+    out["last_logits"] = copy_array(st.last_logits, {c.vocab});
+    for (size_t l = 0; l < st.layers.size(); ++l) {
+        const LayerState& ls = st.layers[l];
+        const std::string p = "layer" + std::to_string(l) + ".";
+        out[py::str(p + "kv_window")] = copy_array(ls.window, {c.window_cap(), hd});
+        const py::ssize_t rows = ls.ratio ? ModelConfig::comp_rows(ls.ratio) : 0;
+        out[py::str(p + "comp_kv")] = copy_array(ls.comp_kv, {rows, hd});
+        out[py::str(p + "comp_score")] = copy_array(ls.comp_score, {rows, hd});
+        out[py::str(p + "compressed")] = copy_array(ls.compressed, {py::ssize_t(ls.n_compressed), hd});
+    }
+    return out;
+}
+
+using Tokens = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+}  // namespace
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "DS4-mini engine core (private; use dflash_qualify.engine)";
     m.def("build_type", [] { return std::string(DQ_BUILD_TYPE); });
+    m.def("sanitize", [] { return bool(DQ_SANITIZE); });
+    m.attr("MAX_STEP") = kMaxStep;
+    m.def("schedule_bands", &schedule_bands, py::arg("start"), py::arg("n_tokens"), py::arg("chunk"), py::arg("ratios"));
+    m.def("schedule_approximate", &schedule_approximate, py::arg("n_tokens"), py::arg("width"));
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const std::invalid_argument& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const std::logic_error& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
+
+    py::class_<Model>(m, "Model")
+        .def(py::init([](const py::dict& cfg, int threads) {
+                 ModelConfig c = config_from_dict(cfg);
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<Model>(c, threads);
+             }),
+             py::arg("config"), py::arg("threads"))
+        .def_property_readonly("threads", &Model::threads)
+        .def_property_readonly("build_seconds", &Model::build_seconds)
+        .def_property_readonly("weight_bytes_total", [](const Model& mdl) { return mdl.weights().q8_bytes; })
+        .def_property_readonly("fingerprint", [](const Model& mdl) { return mdl.config().fingerprint(); });
+
+    py::class_<Session>(m, "Session")
+        .def(py::init<const Model&>(), py::arg("model"), py::keep_alive<1, 2>())
+        .def_property_readonly("pos", &Session::pos)
+        .def("prefill",
+             [](Session& s, Tokens tokens, int chunk, int mmvq_max_ncols, bool approximate, int approx_width) {
+                 const ModelConfig& c = s.model().config();
+                 const py::ssize_t n = tokens.size();
+                 py::array_t<float> logits({n, py::ssize_t(c.vocab)});
+                 py::array_t<int32_t> rid({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
+                 py::array_t<float> rw({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
+                 PrefillOptions opt{chunk, mmvq_max_ncols, approximate, approx_width};
+                 PrefillOutcome out;
+                 {
+                     py::gil_scoped_release nogil;
+                     out = s.prefill(tokens.data(), int(n), opt, logits.mutable_data(), rid.mutable_data(),
+                                     rw.mutable_data());
+                 }
+                 py::dict d = stats_dict(out.stats);
+                 d["logits"] = logits;
+                 d["route_ids"] = rid;
+                 d["route_weights"] = rw;
+                 d["widths"] = out.widths;
+                 d["step_mmq"] = out.step_mmq;
+                 d["ns"] = out.ns;
+                 return d;
+             },
+             py::arg("tokens"), py::arg("chunk"), py::arg("mmvq_max_ncols"), py::arg("approximate"),
+             py::arg("approx_width"))
+        .def("decode",
+             [](Session& s, int max_tokens) {
+                 DecodeOutcome out;
+                 {
+                     py::gil_scoped_release nogil;
+                     out = s.decode(max_tokens);
+                 }
+                 py::dict d = stats_dict(out.stats);
+                 d["tokens"] = out.tokens;
+                 d["stop"] = out.stop;
+                 d["ns"] = out.ns;
+                 return d;
+             },
+             py::arg("max_tokens"))
+        .def("decode_step",
+             [](Session& s) {
+                 StepStats st;
+                 int32_t tok;
+                 {
+                     py::gil_scoped_release nogil;
+                     tok = s.decode_step(st);
+                 }
+                 return tok;
+             })
+        .def("snapshot",
+             [](const Session& s) {
+                 std::vector<uint8_t> b = s.snapshot();
+                 return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+             })
+        .def("restore",
+             [](Session& s, const py::bytes& b) {
+                 std::string_view v = b;
+                 s.restore(reinterpret_cast<const uint8_t*>(v.data()), v.size());
+             })
+        .def("state", &session_state);
+
     dq::bind_kernels(m);
 }

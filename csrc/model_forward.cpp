@@ -1,0 +1,228 @@
+// Forward pass of one step: matmuls see all w columns at once (narrow MMVQ / MMQ), every
+// per-token op runs token by token in q1 order, attention/compressor in causal order.
+#include "model_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "model_moe.h"
+#include "model_ops.h"
+
+namespace dq {
+
+Scratch::Scratch(const ModelConfig& c) {
+    const size_t W = kMaxStep, d = c.d_model, hc = c.hc_mult, f = c.d_ff, K = c.top_k;
+    X.resize(W * hc * d);
+    xin.resize(W * d);
+    xn.resize(W * d);
+    xq.resize(W * d / QK8_0);
+    post.resize(W * hc);
+    M.resize(W * hc * hc);
+    proj.resize(W * c.proj_rows());
+    attn.resize(W * c.q_dim());
+    attn_q.resize(W * c.q_dim() / QK8_0);
+    o.resize(W * d);
+    ids.resize(W * K);
+    wts.resize(W * K);
+    xg.resize(W * d / QK8_0);
+    hq.resize(W * f / QK8_0);
+    gu.resize(W * 2 * f);
+    h.resize(W * f);
+    y.resize(W * d);
+    ey.resize(W * K * d);
+    int max_comp = 0, max_rows = 0;
+    for (int r : c.ratios) {
+        max_comp = std::max(max_comp, c.max_compressed(r));
+        max_rows = std::max(max_rows, ModelConfig::comp_rows(r));
+    }
+    const size_t need = std::max({hc * d + d + size_t(c.hc_dyn_rows()),
+                                  size_t(max_comp + c.n_swa),
+                                  size_t(2 * max_rows + 2) * c.head_dim,
+                                  size_t(2 * c.n_experts)});
+    tmp.resize(need);
+    logits.resize(W * c.vocab);
+}
+
+Model::Model(const ModelConfig& cfg, int threads) : cfg_(cfg) {
+    cfg_.validate();
+    if (threads < 1) throw std::invalid_argument("threads must be >= 1");
+    const int64_t t0 = now_ns();
+    pool_ = std::make_unique<ThreadPool>(threads);
+    w_ = build_weights(cfg_, pool_.get());
+    const int half = cfg_.rope_dim / 2;
+    rope_cos_.resize(size_t(cfg_.ctx) * half);
+    rope_sin_.resize(size_t(cfg_.ctx) * half);
+    for (int p = 0; p < cfg_.ctx; ++p)
+        for (int i = 0; i < half; ++i) {
+            const double inv_freq = std::pow(double(cfg_.rope_theta), -2.0 * i / cfg_.rope_dim);
+            const double a = double(p) * inv_freq;
+            rope_cos_[size_t(p) * half + i] = float(std::cos(a));
+            rope_sin_[size_t(p) * half + i] = float(std::sin(a));
+        }
+    build_seconds_ = double(now_ns() - t0) * 1e-9;
+}
+
+State Model::new_state() const {
+    State st;
+    for (int l = 0; l < cfg_.n_layers; ++l) st.layers.push_back(make_layer_state(cfg_, l));
+    st.hc_streams.assign(size_t(cfg_.hc_mult) * cfg_.d_model, 0.0f);
+    st.last_logits.assign(cfg_.vocab, 0.0f);
+    return st;
+}
+
+void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc,
+                               StepStats& stats) const {
+    const ModelConfig& c = cfg_;
+    const LayerWeights& L = w_.layers[l];
+    LayerState& ls = st.layers[l];
+    const int d = c.d_model, hc = c.hc_mult, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
+    const size_t half = size_t(c.rope_dim / 2);
+    {
+        OpTimer t(stats, kOpHC);
+        for (int j = 0; j < w; ++j)
+            hc_pre(c, L.hc_attn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
+                   &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+    }
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j) {
+            rms_norm(&sc.xin[size_t(j) * d], L.attn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
+            quantize_row_q8_0(&sc.xn[size_t(j) * d], &sc.xq[size_t(j) * (d / QK8_0)], d);
+        }
+    }
+    mm(L.w_proj, sc.xq.data(), w, sc.proj.data());  // [w, q | kv | ckv | cscore]
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j) {
+            const int pos = st.pos + j;
+            const float* cs = &rope_cos_[size_t(pos) * half];
+            const float* sn = &rope_sin_[size_t(pos) * half];
+            float* p = &sc.proj[size_t(j) * pr];
+            for (int h = 0; h < c.n_heads; ++h) {
+                float* qh = p + size_t(h) * hd;
+                rms_norm(qh, L.q_norm.data(), qh, hd, c.norm_eps);
+                rope_apply(qh, hd, c.rope_dim, cs, sn);
+            }
+            float* kv = p + qd;
+            rms_norm(kv, L.kv_norm.data(), kv, hd, c.norm_eps);
+            rope_apply(kv, hd, c.rope_dim, cs, sn);
+        }
+    }
+    // Causal per-token section, split into segments that end at compressor boundaries: write the
+    // segment's rows, attend each token (it only reads positions <= itself), then pool.
+    for (int j0 = 0; j0 < w;) {
+        int j1 = j0;
+        while (j1 < w - 1 && !is_boundary(ls.ratio, st.pos + j1)) ++j1;
+        {
+            OpTimer t(stats, kOpCompressor);
+            for (int j = j0; j <= j1; ++j) {
+                const float* p = &sc.proj[size_t(j) * pr];
+                attn_write_token(c, ls, st.pos + j, p + qd, p + qd + hd, p + qd + 2 * hd);
+            }
+        }
+        {
+            OpTimer t(stats, kOpAttention);
+            for (int j = j0; j <= j1; ++j)
+                attn_one(c, ls, &sc.proj[size_t(j) * pr], st.pos + j, &sc.attn[size_t(j) * qd], sc.tmp.data());
+        }
+        if (is_boundary(ls.ratio, st.pos + j1)) {
+            OpTimer t(stats, kOpCompressor);
+            compressor_pool(c, L, ls, st.pos + j1, rope_cos_.data(), rope_sin_.data(), sc.tmp.data());
+        }
+        j0 = j1 + 1;
+    }
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j)
+            quantize_row_q8_0(&sc.attn[size_t(j) * qd], &sc.attn_q[size_t(j) * (qd / QK8_0)], qd);
+    }
+    mm(L.w_o, sc.attn_q.data(), w, sc.o.data());
+    OpTimer t(stats, kOpHC);
+    for (int j = 0; j < w; ++j)
+        hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
+                &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+}
+
+void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const Matmul& mm, Scratch& sc,
+                         int32_t* rid, float* rw, size_t route_stride, StepStats& stats) const {
+    const ModelConfig& c = cfg_;
+    const LayerWeights& L = w_.layers[l];
+    const int d = c.d_model, hc = c.hc_mult, K = c.top_k;
+    {
+        OpTimer t(stats, kOpHC);
+        for (int j = 0; j < w; ++j)
+            hc_pre(c, L.hc_ffn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
+                   &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+    }
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j) {
+            rms_norm(&sc.xin[size_t(j) * d], L.ffn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
+            quantize_row_q8_0(&sc.xn[size_t(j) * d], &sc.xq[size_t(j) * (d / QK8_0)], d);
+        }
+    }
+    {
+        OpTimer t(stats, kOpRouter);
+        const bool hash = l < c.n_hash_layers;
+        for (int j = 0; j < w; ++j)
+            route_token(c, L, hash, &sc.xn[size_t(j) * d], tokens[j], &sc.ids[size_t(j) * K],
+                        &sc.wts[size_t(j) * K], sc.tmp.data());
+    }
+    if (rid) {
+        for (int j = 0; j < w; ++j)
+            for (int k = 0; k < K; ++k) {
+                rid[size_t(l) * route_stride + size_t(j) * K + k] = sc.ids[size_t(j) * K + k];
+                rw[size_t(l) * route_stride + size_t(j) * K + k] = sc.wts[size_t(j) * K + k];
+            }
+    }
+    MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(), sc.ey.data()};
+    moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
+    OpTimer t(stats, kOpHC);
+    for (int j = 0; j < w; ++j)
+        hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
+                &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+}
+
+void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mode, Scratch& sc,
+                    float* logits, int32_t* rid, float* rw, size_t route_stride, StepStats& stats) const {
+    const ModelConfig& c = cfg_;
+    if (w < 1 || w > kMaxStep) throw std::invalid_argument("step width must be 1..32");
+    if (st.pos + w > c.ctx) throw std::invalid_argument("step runs past the context");
+    for (int j = 0; j < w; ++j)
+        if (tokens[j] < 0 || tokens[j] >= c.vocab) throw std::invalid_argument("token id out of range");
+    const int d = c.d_model, hc = c.hc_mult;
+    const Matmul mm{pool_.get(), mode, &stats};
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j)
+            for (int i = 0; i < hc; ++i)
+                std::memcpy(&sc.X[(size_t(j) * hc + i) * d], &w_.embed[size_t(tokens[j]) * d], sizeof(float) * d);
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+        attention_sublayer(st, l, w, mm, sc, stats);
+        ffn_sublayer(st, l, tokens, w, mm, sc, rid ? rid + 0 : nullptr, rw, route_stride, stats);
+    }
+    {
+        OpTimer t(stats, kOpPerToken);
+        for (int j = 0; j < w; ++j) {
+            const float* X = &sc.X[size_t(j) * hc * d];
+            float* hrow = &sc.xin[size_t(j) * d];
+            for (int k = 0; k < d; ++k) {
+                float s = 0.0f;
+                for (int i = 0; i < hc; ++i) s += w_.hc_final[i] * X[size_t(i) * d + k];
+                hrow[k] = s;
+            }
+            rms_norm(hrow, w_.final_norm.data(), hrow, d, c.norm_eps);
+            quantize_row_q8_0(hrow, &sc.xq[size_t(j) * (d / QK8_0)], d);
+        }
+    }
+    mm(w_.lm_head, sc.xq.data(), w, logits);
+    std::memcpy(st.hc_streams.data(), &sc.X[size_t(w - 1) * hc * d], sizeof(float) * hc * d);
+    std::memcpy(st.last_logits.data(), logits + size_t(w - 1) * c.vocab, sizeof(float) * c.vocab);
+    st.has_logits = true;
+    st.pos += w;
+}
+
+}  // namespace dq

@@ -1,0 +1,34 @@
+// MoE FFN of one layer for a step: routing per token, then the shared expert and the routed
+// experts run grouped (each expert sees only the columns routed to it, like mul_mat_id).
+#pragma once
+#include <cstdint>
+
+#include "model_config.h"
+#include "model_matmul.h"
+#include "model_weights.h"
+
+namespace dq {
+
+// Per-token routing. Hash layers take experts from tid2eid[token]; learned layers pick the
+// top-k of (score + selection bias) where score = sqrt(softplus(router . xn)). Weights are
+// the chosen scores renormalized over the k slots, times routed_scale (bias never enters).
+// xn: [d] normed FFN input; ids/wts: [top_k]; scratch: [2 * n_experts].
+void route_token(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* xn,
+                 int token, int32_t* ids, float* wts, float* scratch);
+
+struct MoeScratch {
+    BlockQ8_0* xg;   // [w, d/32] gathered activations
+    float* gu;       // [w, 2*d_ff]
+    float* h;        // [w, d_ff]
+    BlockQ8_0* hq;   // [w, d_ff/32]
+    float* y;        // [w, d]
+    float* ey;       // [w, top_k, d] routed expert outputs by (token, slot)
+};
+
+// xq: [w, d/32] quantized normed FFN input; ids/wts: [w, top_k]; out: [w, d].
+// out[t] = shared(x_t) + sum over slots k in order of wts[t,k] * expert_{ids[t,k]}(x_t).
+void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, const BlockQ8_0* xq,
+              int ntok, const int32_t* ids, const float* wts, float* out, const MoeScratch& s,
+              StepStats& stats);
+
+}  // namespace dq

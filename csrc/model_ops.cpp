@@ -1,0 +1,136 @@
+// Per-token F32 ops: one code path for q1 and bands (see model_ops.h).
+#include "model_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace dq {
+
+float dot_f32(const float* a, const float* b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void rms_norm(const float* x, const float* gain, float* y, int n, float eps) {
+    const float ms = dot_f32(x, x, n) / float(n);
+    const float inv = 1.0f / std::sqrt(ms + eps);
+    if (gain) {
+        for (int i = 0; i < n; ++i) y[i] = x[i] * inv * gain[i];
+    } else {
+        for (int i = 0; i < n; ++i) y[i] = x[i] * inv;
+    }
+}
+
+void rope_apply(float* head, int head_dim, int rope_dim, const float* cos_t, const float* sin_t) {
+    const int half = rope_dim / 2;
+    float* r = head + (head_dim - rope_dim);
+    for (int i = 0; i < half; ++i) {
+        const float a = r[i], b = r[i + half];
+        r[i] = a * cos_t[i] - b * sin_t[i];
+        r[i + half] = a * sin_t[i] + b * cos_t[i];
+    }
+}
+
+void softmax_inplace(float* s, int n) {
+    float m = s[0];
+    for (int i = 1; i < n; ++i) m = std::max(m, s[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        s[i] = std::exp(s[i] - m);
+        sum += s[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < n; ++i) s[i] *= inv;
+}
+
+void swiglu_clamped(const float* gu, float* h, int f, float limit) {
+    const float* g = gu;
+    const float* u = gu + f;
+    for (int i = 0; i < f; ++i) {
+        const float gi = std::min(g[i], limit);
+        const float ui = std::min(std::max(u[i], -limit), limit);
+        h[i] = gi / (1.0f + std::exp(-gi)) * ui;
+    }
+}
+
+float sqrt_softplus(float x) {
+    const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+    return std::sqrt(sp);
+}
+
+int argmax_f32(const float* x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+namespace {
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in, float* post,
+            float* M, float* tmp) {
+    const int hc = c.hc_mult, d = c.d_model;
+    float* mean = tmp;       // [d]
+    float* dyn = tmp + d;    // [dyn_rows]
+    const float inv_hc = 1.0f / float(hc);
+    for (int k = 0; k < d; ++k) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += X[size_t(i) * d + k];
+        mean[k] = s * inv_hc;
+    }
+    rms_norm(mean, nullptr, mean, d, c.norm_eps);
+    const int rows = c.hc_dyn_rows();
+    for (int r = 0; r < rows; ++r) dyn[r] = dot_f32(&p.w_dyn[size_t(r) * d], mean, d);
+    float pre[64];
+    for (int i = 0; i < hc; ++i) {
+        pre[i] = sigmoid(p.static_pre[i] + p.dyn_scale * dyn[i]);
+        post[i] = 2.0f * sigmoid(p.static_post[i] + p.dyn_scale * dyn[hc + i]);
+    }
+    // Mixing matrix: exp(logits) made (nearly) doubly stochastic by Sinkhorn iterations.
+    float m = -INFINITY;
+    for (int k = 0; k < hc * hc; ++k) {
+        M[k] = p.static_res[k] + p.dyn_scale * dyn[2 * hc + k];
+        m = std::max(m, M[k]);
+    }
+    for (int k = 0; k < hc * hc; ++k) M[k] = std::exp(M[k] - m);
+    for (int it = 0; it < c.sinkhorn_iters; ++it) {
+        for (int i = 0; i < hc; ++i) {
+            float s = 0.0f;
+            for (int j = 0; j < hc; ++j) s += M[i * hc + j];
+            for (int j = 0; j < hc; ++j) M[i * hc + j] /= s;
+        }
+        for (int j = 0; j < hc; ++j) {
+            float s = 0.0f;
+            for (int i = 0; i < hc; ++i) s += M[i * hc + j];
+            for (int i = 0; i < hc; ++i) M[i * hc + j] /= s;
+        }
+    }
+    for (int k = 0; k < d; ++k) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += pre[i] * X[size_t(i) * d + k];
+        x_in[k] = s;
+    }
+}
+
+void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,
+             float* tmp) {
+    const int hc = c.hc_mult, d = c.d_model;
+    for (int i = 0; i < hc; ++i) {
+        float* dst = tmp + size_t(i) * d;
+        for (int k = 0; k < d; ++k) {
+            float s = 0.0f;
+            for (int j = 0; j < hc; ++j) s += M[i * hc + j] * X[size_t(j) * d + k];
+            dst[k] = s + post[i] * out[k];
+        }
+    }
+    std::memcpy(X, tmp, sizeof(float) * size_t(hc) * d);
+}
+
+}  // namespace dq

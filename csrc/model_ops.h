@@ -1,0 +1,43 @@
+// Per-token F32 ops of DS4-mini (norms, RoPE, softmax, SwiGLU, hyper-connections, routing
+// helpers). Exactness rule 1: q1 and bands call exactly these functions, one token at a time;
+// nothing here reduces across tokens. Every reduction has one fixed order.
+#pragma once
+#include <cstdint>
+
+#include "model_config.h"
+#include "model_weights.h"
+
+namespace dq {
+
+// Fixed-order dot product of n floats: 8 independent lanes (i % 8), then a fixed tree.
+float dot_f32(const float* a, const float* b, int n);
+
+// y = x / rms(x) * gain (gain may be null). x and y may alias. Shape: [n].
+void rms_norm(const float* x, const float* gain, float* y, int n, float eps);
+
+// Rotates the last rope_dim dims of one head vector in place (neox pairs i, i + rope_dim/2).
+// cos_t/sin_t: [rope_dim/2] for the position.
+void rope_apply(float* head, int head_dim, int rope_dim, const float* cos_t, const float* sin_t);
+
+// In-place numerically stable softmax of n scores.
+void softmax_inplace(float* s, int n);
+
+// Clamped SwiGLU for one token: gu = [gate (f) | up (f)] -> h (f).
+void swiglu_clamped(const float* gu, float* h, int f, float limit);
+
+// sqrt(softplus(x)), stable for large |x|.
+float sqrt_softplus(float x);
+
+// Greedy argmax (lowest index wins ties).
+int argmax_f32(const float* x, int n);
+
+// Hyper-connections for one token. X: [hc, d] residual streams.
+// hc_pre: computes pre/post weights and the Sinkhorn-normalized mixing matrix M [hc, hc]
+// from the mean stream, and x_in = sum_i pre[i] * X[i]. tmp: [d + dyn_rows] scratch.
+void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in, float* post,
+            float* M, float* tmp);
+// hc_post: X[i] <- sum_j M[i,j] X[j] + post[i] * out. tmp: [hc * d] scratch.
+void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,
+             float* tmp);
+
+}  // namespace dq

@@ -1,0 +1,163 @@
+// Session: prefill loop over scheduled steps, greedy decode, snapshot serialization.
+#include "model_session.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "model_ops.h"
+#include "model_scheduler.h"
+
+namespace dq {
+
+Session::Session(const Model& m) : m_(m), st_(m.new_state()), sc_(m.config()) {}
+
+PrefillOutcome Session::prefill(const int32_t* tokens, int n, const PrefillOptions& opt, float* logits,
+                                int32_t* rid, float* rw) {
+    const ModelConfig& c = m_.config();
+    if (n < 1) throw std::invalid_argument("prefill needs at least one token");
+    if (st_.pos + n > c.ctx) throw std::invalid_argument("prompt longer than the context");
+    if (opt.chunk < 1 || opt.chunk > kMaxBandChunk) throw std::invalid_argument("chunk must be 1..4");
+    if (opt.mmvq_max_ncols < 1 || opt.mmvq_max_ncols > kMaxMmvqCols)
+        throw std::invalid_argument("mmvq_max_ncols must be 1..8");
+    if (opt.approx_width < 1 || opt.approx_width > kMaxStep) throw std::invalid_argument("approx_width must be 1..32");
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= c.vocab) throw std::invalid_argument("token id out of range");
+    std::lock_guard<std::mutex> lock(m_.mutex());
+    PrefillOutcome out;
+    out.widths = opt.approximate ? schedule_approximate(n, opt.approx_width)
+                                 : schedule_bands(st_.pos, n, opt.chunk, c.ratios);
+    const StepMode mode{opt.mmvq_max_ncols, opt.approximate};
+    const size_t stride = size_t(n) * c.top_k;
+    const int64_t t0 = now_ns();
+    int off = 0;
+    for (int w : out.widths) {
+        StepStats step;
+        float* lg = logits ? logits + size_t(off) * c.vocab : sc_.logits.data();
+        m_.forward(st_, tokens + off, w, mode, sc_, lg, rid ? rid + size_t(off) * c.top_k : nullptr,
+                   rw ? rw + size_t(off) * c.top_k : nullptr, stride, step);
+        out.step_mmq.push_back(step.used_mmq ? 1 : 0);
+        out.stats.weight_bytes += step.weight_bytes;
+        out.stats.matmul_calls += step.matmul_calls;
+        out.stats.used_mmq = out.stats.used_mmq || step.used_mmq;
+        for (int k = 0; k < kOpCount; ++k) out.stats.op_ns[k] += step.op_ns[k];
+        off += w;
+    }
+    out.ns = now_ns() - t0;
+    return out;
+}
+
+int32_t Session::decode_step(StepStats& stats) {
+    const ModelConfig& c = m_.config();
+    if (!st_.has_logits) throw std::invalid_argument("decode needs a prefilled session");
+    if (st_.pos >= c.ctx) throw std::invalid_argument("context is full");
+    const int32_t tok = argmax_f32(st_.last_logits.data(), c.vocab);
+    std::lock_guard<std::mutex> lock(m_.mutex());
+    m_.forward(st_, &tok, 1, StepMode{1, false}, sc_, sc_.logits.data(), nullptr, nullptr, 0, stats);
+    return tok;
+}
+
+DecodeOutcome Session::decode(int max_tokens) {
+    const ModelConfig& c = m_.config();
+    if (!st_.has_logits) throw std::invalid_argument("decode needs a prefilled session");
+    if (max_tokens < 0) throw std::invalid_argument("max_tokens must be >= 0");
+    std::lock_guard<std::mutex> lock(m_.mutex());
+    DecodeOutcome out;
+    out.stop = "max_tokens";
+    const int64_t t0 = now_ns();
+    while (int(out.tokens.size()) < max_tokens) {
+        const int32_t tok = argmax_f32(st_.last_logits.data(), c.vocab);
+        if (tok == kEos) {
+            out.stop = "eos";
+            break;
+        }
+        out.tokens.push_back(tok);
+        if (int(out.tokens.size()) == max_tokens) break;
+        if (st_.pos >= c.ctx) {
+            out.stop = "ctx";
+            break;
+        }
+        m_.forward(st_, &tok, 1, StepMode{1, false}, sc_, sc_.logits.data(), nullptr, nullptr, 0, out.stats);
+    }
+    out.ns = now_ns() - t0;
+    return out;
+}
+
+namespace {
+constexpr uint32_t kSnapMagic = 0x53345344u;  // "DS4S"
+constexpr uint32_t kSnapVersion = 1;
+
+struct Writer {
+    std::vector<uint8_t>& buf;
+    void raw(const void* p, size_t n) {
+        const auto* b = static_cast<const uint8_t*>(p);
+        buf.insert(buf.end(), b, b + n);
+    }
+    template <class T> void pod(T v) { raw(&v, sizeof v); }
+    void floats(const std::vector<float>& v, size_t n) { raw(v.data(), n * sizeof(float)); }
+};
+
+struct Reader {
+    const uint8_t* p;
+    size_t left;
+    void raw(void* dst, size_t n) {
+        if (n > left) throw std::invalid_argument("snapshot is truncated");
+        std::memcpy(dst, p, n);
+        p += n;
+        left -= n;
+    }
+    template <class T> T pod() {
+        T v;
+        raw(&v, sizeof v);
+        return v;
+    }
+    void floats(std::vector<float>& v, size_t n) { raw(v.data(), n * sizeof(float)); }
+};
+}  // namespace
+
+std::vector<uint8_t> Session::snapshot() const {
+    const ModelConfig& c = m_.config();
+    std::vector<uint8_t> buf;
+    Writer w{buf};
+    w.pod(kSnapMagic);
+    w.pod(kSnapVersion);
+    w.pod(c.fingerprint());
+    w.pod(int32_t(st_.pos));
+    w.pod(uint8_t(st_.has_logits));
+    w.floats(st_.last_logits, st_.last_logits.size());
+    w.floats(st_.hc_streams, st_.hc_streams.size());
+    for (const LayerState& ls : st_.layers) {
+        w.floats(ls.window, ls.window.size());
+        w.floats(ls.comp_kv, ls.comp_kv.size());
+        w.floats(ls.comp_score, ls.comp_score.size());
+        w.pod(int32_t(ls.n_compressed));
+        w.floats(ls.compressed, size_t(ls.n_compressed) * c.head_dim);
+    }
+    return buf;
+}
+
+void Session::restore(const uint8_t* data, size_t size) {
+    const ModelConfig& c = m_.config();
+    Reader r{data, size};
+    if (r.pod<uint32_t>() != kSnapMagic) throw std::invalid_argument("not a DS4-mini session snapshot");
+    if (r.pod<uint32_t>() != kSnapVersion) throw std::invalid_argument("unsupported snapshot version");
+    if (r.pod<uint64_t>() != c.fingerprint()) throw std::invalid_argument("snapshot belongs to a different model or seed");
+    State st = m_.new_state();
+    st.pos = r.pod<int32_t>();
+    st.has_logits = r.pod<uint8_t>() != 0;
+    if (st.pos < 0 || st.pos > c.ctx) throw std::invalid_argument("snapshot position out of range");
+    r.floats(st.last_logits, st.last_logits.size());
+    r.floats(st.hc_streams, st.hc_streams.size());
+    for (LayerState& ls : st.layers) {
+        r.floats(ls.window, ls.window.size());
+        r.floats(ls.comp_kv, ls.comp_kv.size());
+        r.floats(ls.comp_score, ls.comp_score.size());
+        const int32_t nc = r.pod<int32_t>();
+        if (nc < 0 || nc > c.max_compressed(ls.ratio)) throw std::invalid_argument("snapshot compressed-row count out of range");
+        ls.n_compressed = nc;
+        r.floats(ls.compressed, size_t(nc) * c.head_dim);
+    }
+    if (r.left != 0) throw std::invalid_argument("snapshot has trailing bytes");
+    st_ = std::move(st);
+}
+
+}  // namespace dq

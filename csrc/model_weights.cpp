@@ -1,0 +1,143 @@
+// Synthetic weight generation: splitmix64 keyed by (seed, tensor, block) so results never
+// depend on the thread count; scales keep activations O(1) through the layers.
+#include "model_weights.h"
+
+#include <cmath>
+
+#include "threadpool.h"
+
+namespace dq {
+
+namespace {
+
+// Tensor stream ids (combined with the layer and expert index).
+enum Tensor : uint64_t {
+    kEmbed = 1, kLmHead, kFinalNorm, kHcFinal, kAttnNorm, kFfnNorm, kQNorm, kKvNorm, kCompNorm,
+    kCompApe, kProj, kWo, kRouter, kRouterBias, kTid2Eid, kW13, kW2, kHcAttn, kHcFfn,
+};
+
+uint64_t stream_id(uint64_t seed, uint64_t tensor, uint64_t layer, uint64_t expert) {
+    uint64_t h = splitmix64(seed ^ 0x5EEDull);
+    h = splitmix64(h ^ (tensor << 48));
+    h = splitmix64(h ^ (layer << 24));
+    return splitmix64(h ^ expert);
+}
+
+// Uniform in [-1, 1).
+float uniform(uint64_t stream, uint64_t counter) {
+    uint64_t r = splitmix64(stream + counter * 0xD1B54A32D192ED03ull);
+    return float(double(r >> 40) / double(1ull << 23) - 1.0);
+}
+
+std::vector<float> gen_f32(size_t n, uint64_t stream, float center, float amp) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = center + amp * uniform(stream, i);
+    return v;
+}
+
+// W (rows, cols): int8 uniform in [-127, 127], per-block scale std*sqrt(3)/127 * (0.75..1.25),
+// so each weight has standard deviation ~std.
+QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool) {
+    QMatrix m;
+    m.rows = rows;
+    m.cols = cols;
+    const int nb = cols / QK8_0;
+    m.blocks.resize(size_t(rows) * nb);
+    const float base = std * std::sqrt(3.0f) / 127.0f;
+    auto fill = [&](int r0, int r1) {
+        for (int r = r0; r < r1; ++r) {
+            for (int b = 0; b < nb; ++b) {
+                const uint64_t idx = uint64_t(r) * nb + b;
+                BlockQ8_0& blk = m.blocks[idx];
+                uint64_t key = splitmix64(stream ^ (idx * 0x9E3779B97F4A7C15ull));
+                for (int w = 0; w < 4; ++w) {
+                    key = splitmix64(key);
+                    for (int i = 0; i < 8; ++i) {
+                        int v = int(int8_t(uint8_t(key >> (8 * i))));
+                        blk.qs[w * 8 + i] = int8_t(v == -128 ? -127 : v);
+                    }
+                }
+                const float jitter = 0.75f + 0.5f * float(double(splitmix64(key) >> 40) / double(1ull << 24));
+                blk.d = fp32_to_fp16(base * jitter);
+            }
+        }
+    };
+    if (pool) pool->parallel_for(rows, 16, fill);
+    else fill(0, rows);
+    return m;
+}
+
+HCParams gen_hc(const ModelConfig& c, uint64_t seed, uint64_t tensor, int layer) {
+    const int hc = c.hc_mult;
+    HCParams p;
+    p.static_pre = gen_f32(hc, stream_id(seed, tensor, layer, 1), 0.0f, 0.5f);
+    p.static_post = gen_f32(hc, stream_id(seed, tensor, layer, 2), 0.0f, 0.5f);
+    p.static_res = gen_f32(size_t(hc) * hc, stream_id(seed, tensor, layer, 3), 0.0f, 0.5f);
+    for (int i = 0; i < hc; ++i) p.static_res[size_t(i) * hc + i] += 2.0f;  // near-identity mixing
+    p.w_dyn = gen_f32(size_t(c.hc_dyn_rows()) * c.d_model, stream_id(seed, tensor, layer, 4), 0.0f,
+                      1.0f / std::sqrt(float(c.d_model)));
+    p.dyn_scale = 0.5f;
+    return p;
+}
+
+}  // namespace
+
+Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
+    c.validate();
+    const uint64_t s = c.seed;
+    const int d = c.d_model, hd = c.head_dim, f = c.d_ff;
+    const float inv_sqrt_d = 1.0f / std::sqrt(float(d));
+    Weights w;
+    w.embed = gen_f32(size_t(c.vocab) * d, stream_id(s, kEmbed, 0, 0), 0.0f, 1.7f);
+    w.final_norm = gen_f32(d, stream_id(s, kFinalNorm, 0, 0), 1.0f, 0.1f);
+    w.hc_final = gen_f32(c.hc_mult, stream_id(s, kHcFinal, 0, 0), 1.0f / c.hc_mult, 0.1f / c.hc_mult);
+    w.lm_head = gen_q8(c.vocab, d, stream_id(s, kLmHead, 0, 0), 3.0f * inv_sqrt_d, pool);
+    w.q8_bytes += w.lm_head.bytes();
+    w.layers.resize(c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) {
+        LayerWeights& L = w.layers[l];
+        const int ratio = c.ratios[l];
+        L.attn_norm = gen_f32(d, stream_id(s, kAttnNorm, l, 0), 1.0f, 0.1f);
+        L.ffn_norm = gen_f32(d, stream_id(s, kFfnNorm, l, 0), 1.0f, 0.1f);
+        L.q_norm = gen_f32(hd, stream_id(s, kQNorm, l, 0), 1.0f, 0.1f);
+        L.kv_norm = gen_f32(hd, stream_id(s, kKvNorm, l, 0), 1.0f, 0.1f);
+        L.comp_norm = gen_f32(hd, stream_id(s, kCompNorm, l, 0), 1.0f, 0.1f);
+        L.comp_ape = gen_f32(size_t(ModelConfig::comp_rows(ratio)) * hd, stream_id(s, kCompApe, l, 0), 0.0f, 0.5f);
+        L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool);
+        L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool);
+        L.router = gen_f32(size_t(c.n_experts) * d, stream_id(s, kRouter, l, 0), 0.0f, 2.0f * inv_sqrt_d);
+        L.router_bias = gen_f32(c.n_experts, stream_id(s, kRouterBias, l, 0), 0.0f, 0.2f);
+        if (l < c.n_hash_layers) {
+            L.tid2eid.resize(size_t(c.vocab) * c.top_k);
+            const uint64_t st = stream_id(s, kTid2Eid, l, 0);
+            for (int t = 0; t < c.vocab; ++t) {
+                int32_t* ids = &L.tid2eid[size_t(t) * c.top_k];
+                uint64_t key = st ^ (uint64_t(t) << 20);
+                for (int k = 0; k < c.top_k; ++k) {
+                    for (;;) {  // k distinct experts per token
+                        key = splitmix64(key);
+                        const int32_t e = int32_t(key % uint64_t(c.n_experts));
+                        bool dup = false;
+                        for (int j = 0; j < k; ++j) dup = dup || ids[j] == e;
+                        if (!dup) { ids[k] = e; break; }
+                    }
+                }
+            }
+        }
+        L.shared_w13 = gen_q8(2 * f, d, stream_id(s, kW13, l, 0xFFFF), inv_sqrt_d, pool);
+        L.shared_w2 = gen_q8(d, f, stream_id(s, kW2, l, 0xFFFF), 0.5f / std::sqrt(float(f)), pool);
+        w.q8_bytes += L.w_proj.bytes() + L.w_o.bytes() + L.shared_w13.bytes() + L.shared_w2.bytes();
+        L.exp_w13.resize(c.n_experts);
+        L.exp_w2.resize(c.n_experts);
+        for (int e = 0; e < c.n_experts; ++e) {
+            L.exp_w13[e] = gen_q8(2 * f, d, stream_id(s, kW13, l, e), inv_sqrt_d, pool);
+            L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool);
+            w.q8_bytes += L.exp_w13[e].bytes() + L.exp_w2[e].bytes();
+        }
+        L.hc_attn = gen_hc(c, s, kHcAttn, l);
+        L.hc_ffn = gen_hc(c, s, kHcFfn, l);
+    }
+    return w;
+}
+
+}  // namespace dq

@@ -1,0 +1,63 @@
+// DS4-mini weights: layout of every tensor and their synthetic, seed-deterministic generation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels.h"
+#include "model_config.h"
+#include "q8_0.h"
+
+namespace dq {
+
+// A Q8_0 weight matrix W (rows, cols) row-major, blocks of 32 along cols (K).
+struct QMatrix {
+    std::vector<BlockQ8_0> blocks;
+    int rows = 0;
+    int cols = 0;
+    QMatrixView view() const { return QMatrixView{blocks.data(), rows, cols}; }
+    size_t bytes() const { return blocks.size() * sizeof(BlockQ8_0); }
+};
+
+// Hyper-connection parameters of one sublayer (F32, per-token ops).
+struct HCParams {
+    std::vector<float> static_pre;   // [hc]
+    std::vector<float> static_post;  // [hc]
+    std::vector<float> static_res;   // [hc*hc]
+    std::vector<float> w_dyn;        // [(2*hc + hc*hc), d] dynamic coefficients from the mean stream
+    float dyn_scale = 1.0f;
+};
+
+struct LayerWeights {
+    std::vector<float> attn_norm;  // [d]
+    std::vector<float> ffn_norm;   // [d]
+    std::vector<float> q_norm;     // [head_dim], shared by all q heads
+    std::vector<float> kv_norm;    // [head_dim]
+    std::vector<float> comp_norm;  // [head_dim]
+    std::vector<float> comp_ape;   // [comp_rows(ratio), head_dim] additive score bias per window slot
+    QMatrix w_proj;                // [q_dim + 3*head_dim, d]: q | kv | compressor kv | compressor score
+    QMatrix w_o;                   // [d, q_dim]
+    std::vector<float> router;       // [n_experts, d]
+    std::vector<float> router_bias;  // [n_experts] selection-only bias
+    std::vector<int32_t> tid2eid;    // [vocab, top_k] for hash-routed layers, else empty
+    QMatrix shared_w13;              // [2*d_ff, d]: gate rows then up rows
+    QMatrix shared_w2;               // [d, d_ff]
+    std::vector<QMatrix> exp_w13;    // n_experts x [2*d_ff, d]
+    std::vector<QMatrix> exp_w2;     // n_experts x [d, d_ff]
+    HCParams hc_attn, hc_ffn;
+};
+
+struct Weights {
+    std::vector<float> embed;       // [vocab, d]
+    std::vector<LayerWeights> layers;
+    std::vector<float> final_norm;  // [d]
+    std::vector<float> hc_final;    // [hc] static weights combining the streams before the head
+    QMatrix lm_head;                // [vocab, d]
+    size_t q8_bytes = 0;            // total bytes of all Q8_0 matrices
+};
+
+// Generates every tensor from cfg.seed. Independent of the thread count (counter-based PRNG
+// keyed by tensor and block index); `pool` only spreads the work.
+Weights build_weights(const ModelConfig& cfg, ThreadPool* pool);
+
+}  // namespace dq
