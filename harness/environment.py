@@ -31,8 +31,7 @@ PACKAGES = ("dflash-qualify", "click", "numpy", "pandas", "scipy", "rich", "pybi
 # a name component that marks a secret (split on non-alphanumerics, upper-cased)
 _SECRET_PARTS = {"TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD",
                  "PASS", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "CREDS", "KEY", "KEYS",
-                 "APIKEY", "AUTH", "AUTHORIZATION", "COOKIE", "PRIVATE", "SIGNATURE", "PAT",
-                 "SESSION"}
+                 "APIKEY", "AUTH", "AUTHORIZATION", "COOKIE", "PRIVATE", "SIGNATURE", "PAT"}
 _SECRET_SUBSTRINGS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "APIKEY",
                       "API_KEY", "PRIVATEKEY", "PRIVATE_KEY", "ACCESSKEY", "ACCESS_KEY")
 
