@@ -62,10 +62,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _binaries() -> list[dict[str, Any]]:
     """Path and SHA-256 of the compiled engine module(s) this worker loaded."""
-    out = []
-    for name, mod in list(sys.modules.items()):
+    out, seen = [], set()
+    for name, mod in sorted(sys.modules.items()):
         path = getattr(mod, "__file__", None) or ""
-        if name.startswith("dflash_qualify.engine") and path.endswith((".so", ".pyd")):
+        if name.startswith("dflash_qualify.engine") and path.endswith((".so", ".pyd")) \
+                and path not in seen:
+            seen.add(path)
             try:
                 with open(path, "rb") as fh:
                     digest = hashlib.sha256(fh.read()).hexdigest()
