@@ -26,7 +26,11 @@ OPTION_KEYS = {"chunk", "bands", "mmvq_max_ncols", "mode"}
 
 
 class BadRequest(ValueError):
-    """A request line that does not follow the worker protocol."""
+    """A request line that does not follow the worker protocol (rid: its id, when readable)."""
+
+    def __init__(self, message: str, rid: Any = None) -> None:
+        super().__init__(message)
+        self.rid = rid
 
 
 def _protocol_stream() -> TextIO:
@@ -85,12 +89,19 @@ def parse_request(line: str) -> dict[str, Any]:
         raise BadRequest(f"request is not JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(req, dict):
         raise BadRequest("request is not a JSON object")
-    unknown = set(req) - REQUEST_KEYS
-    if unknown:
-        raise BadRequest(f"unknown request keys: {', '.join(sorted(unknown))}")
     rid = req.get("id")
     if not isinstance(rid, (str, int)) or isinstance(rid, bool):
         raise BadRequest("id must be a string or an integer")
+    try:
+        return _check_request(req, rid)
+    except BadRequest as exc:
+        raise BadRequest(str(exc), rid) from None
+
+
+def _check_request(req: dict[str, Any], rid: Any) -> dict[str, Any]:
+    unknown = set(req) - REQUEST_KEYS
+    if unknown:
+        raise BadRequest(f"unknown request keys: {', '.join(sorted(unknown))}")
     if ("prompt" in req) == ("tokens" in req):
         raise BadRequest("give exactly one of prompt (text) or tokens (ids)")
     if "prompt" in req:
@@ -158,7 +169,7 @@ def serve(engine: Any, lines: Any, out: TextIO) -> int:
             record = response_record(rid, gen)
             record["timings"]["worker_ms"] = (time.perf_counter_ns() - t0) / 1e6
         except BadRequest as exc:
-            record = _error(rid, "BadRequest", str(exc))
+            record = _error(exc.rid, "BadRequest", str(exc))
         except (EngineError, ValueError, TypeError) as exc:
             record = _error(rid, type(exc).__name__, str(exc))
         except MemoryError:
