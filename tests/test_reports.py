@@ -34,7 +34,7 @@ def test_markdown_layout(evidence):
     assert f"All 18 requests were cache-cold and produced the same response SHA-256: {sha}" in md
     assert "**Verdict: QUALIFIED**" in md
     assert "Reproduce: `dflash-qualify run factory-aba --out evidence`" in md
-    assert "Environment: host testhost; CPU Test CPU" in md
+    assert "Environment: CPU Test CPU; governor performance; host testhost; OS Linux test; Python 3.11.0" in md
     assert md.endswith(f"Evidence manifest SHA-256: {evidence.manifest_sha}\n")
     # order follows the PR example: table, sentence, responses, verdict, manifest
     order = [md.index(s) for s in ("| arm |", "The pooled", "All 18", "**Verdict", "Evidence manifest")]

@@ -143,29 +143,46 @@ def _get(env: dict, *path: str):
     return cur
 
 
-def _brief(value) -> str | None:
-    if value is None or value == "" or value == {}:
-        return None
-    if isinstance(value, dict):
-        for key in ("model", "name", "version", "pretty", "summary"):
-            if isinstance(value.get(key), (str, int, float)):
-                return str(value[key])
-        return None
-    return str(value)
+def _text(value) -> str | None:
+    return None if value is None or value == "" or isinstance(value, (dict, list)) else str(value)
+
+
+def _first(env: dict, *paths: tuple[str, ...]) -> str | None:
+    for path in paths:
+        text = _text(_get(env, *path))
+        if text:
+            return text
+    return None
 
 
 def _environment_lines(env: dict) -> list[str]:
+    """A one-line environment summary from environment.json (any missing key is skipped)."""
     items = []
-    for label, path in (("host", ("host",)), ("CPU", ("cpu", "model")), ("governor", ("cpu", "governor")),
-                        ("OS", ("os",)), ("Python", ("python",)), ("tool", ("tool_version",)),
-                        ("SIMD", ("engine_build", "simd")), ("build", ("engine_build", "build_type")),
-                        ("git", ("git", "sha")), ("started", ("started_utc",)),
-                        ("finished", ("finished_utc",))):
-        text = _brief(_get(env, *path))
+    cpu = _first(env, ("cpu", "model"), ("cpu",))
+    if cpu:
+        cpus = _text(_get(env, "cpu", "logical_cpus"))
+        items.append(f"CPU {cpu}" + (f" ({cpus} logical)" if cpus else ""))
+    governor = _first(env, ("cpu", "governor"))
+    if governor:
+        items.append(f"governor {governor}")
+    os_name = " ".join(x for x in (_first(env, ("os", "system")), _first(env, ("os", "release"))) if x) \
+        or _first(env, ("os",))
+    for label, text in (("host", _first(env, ("host",))), ("OS", os_name),
+                        ("Python", _first(env, ("python", "version"), ("python",))),
+                        ("dflash-qualify", _first(env, ("tool_version",))),
+                        ("engine", " ".join(x for x in (_first(env, ("engine_build", "build_type")),
+                                                        _first(env, ("engine_build", "simd_path"),
+                                                               ("engine_build", "simd"))) if x))):
         if text:
-            if label == "git" and _get(env, "git", "dirty"):
-                text += " (dirty)"
             items.append(f"{label} {text}")
+    for git in (_get(env, "git", "tool"), _get(env, "git")):
+        sha = _text(git.get("sha")) if isinstance(git, dict) else None
+        if sha:
+            items.append(f"git {sha[:12]}" + (" (dirty)" if git.get("dirty") else ""))
+            break
+    started, finished = _first(env, ("started_utc",)), _first(env, ("finished_utc",))
+    if started:
+        items.append(f"run {started}" + (f" to {finished}" if finished else ""))
     return [f"Environment: {'; '.join(items)}." if items else "Environment: not recorded."]
 
 
