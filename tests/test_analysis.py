@@ -145,3 +145,23 @@ def test_samples_csv():
     text = analysis.samples_csv(samples)
     sha = samples[0]["response_sha256"]
     assert text == f"arm,phase,value,response_sha256\nA,measured,10.0,{sha}\ncand,measured,12.5,{sha}\nB,measured,10.0,{sha}\n"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_values = st.lists(st.floats(min_value=0.001, max_value=1e6, allow_nan=False), min_size=0, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=_values, c=_values, b=_values, direction=st.sampled_from(["higher", "lower"]))
+def test_compute_is_json_safe_for_any_positive_samples(a, c, b, direction):
+    protocol = ef.bracket_protocol(direction=direction, gate={"bootstrap_resamples": 50})
+    values = {"A": a, "cand": c, "B": b}
+    samples, blobs = ef.make_samples(protocol, {k: v or [1.0] for k, v in values.items()}, warmups=0)
+    samples = [s for s in samples if values[s["arm"]]]  # arms may have no samples at all
+    r = analysis.compute(protocol, samples, lambda sha: blobs[sha])
+    json.dumps(r, allow_nan=False)
+    assert isinstance(r["verdict"]["qualified"], bool)
+    for cond in r["verdict"]["conditions"]:
+        assert cond["passed"] or cond["reason"]

@@ -99,3 +99,19 @@ def test_reports_are_pure_text(evidence):
     for fmt in FORMATS:
         assert isinstance(render(evidence, fmt), str)
     assert analysis.STATS_VERSION == evidence.stats["version"]
+
+
+def test_report_cli_formats_and_refuses_tampered_evidence(tmp_path):
+    from click.testing import CliRunner
+
+    from dflash_qualify.harness.cli import main
+    d = ef.build(tmp_path / "ev")
+    runner = CliRunner()
+    md = runner.invoke(main, ["report", str(d)])
+    assert md.exit_code == 0 and md.output.startswith("# factory-aba: qualified\n")
+    js = runner.invoke(main, ["report", str(d), "--format", "json"])
+    assert js.exit_code == 0 and json.loads(js.output)["qualified"] is True
+    (d / "report.md").write_text("forged")
+    bad = runner.invoke(main, ["report", str(d)])
+    assert bad.exit_code == 1
+    assert bad.output.startswith(f"error: {d} failed verification: report.md: modified: size 6 bytes")

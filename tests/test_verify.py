@@ -174,3 +174,23 @@ def test_cli_ok_and_failure(sealed):
     assert bad.exit_code == 1
     assert bad.output == (f"{sealed}/environment.json: missing (listed in manifest.json, not on disk)\n"
                           f"INVALID: 1 problem(s) in {sealed}\n")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                     max_leaves=10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=st.lists(st.dictionaries(st.sampled_from(["path", "size", "sha256", "x"]), _json, max_size=4),
+                      max_size=4))
+def test_hostile_manifest_never_raises(tmp_path_factory, files):
+    d = tmp_path_factory.mktemp("hostile")
+    (d / "manifest.json").write_text(json.dumps({"schema": "dflash-qualify.manifest", "version": 1,
+                                                 "files": files}))
+    result = verify(d)
+    assert not result.ok and all(isinstance(p.message, str) for p in result.problems)
+    assert not any("unexpected error" in p.message for p in result.problems)
