@@ -1,0 +1,108 @@
+"""Prefill benchmark (not a test): q1 vs exact bands q2/q3/q4 on ds4-mini, side by side.
+
+Usage: python bench/prefill.py [--json FILE] [--repeats N] [--threads T] [--model NAME] [--tokens N]
+
+Per mode it reports the median prefill tok/s over interleaved repeats, the speedup over q1,
+the byte ceiling (counted weight bytes per token of q1 / of the band), the fraction of that
+ceiling reached, and q1's effective weight bandwidth (counted bytes / prefill time) against
+the machine's read-bandwidth probe. Targets: q4 >= 85% of its ceiling; q1 >= 70% of the probe.
+All modes must produce bitwise-identical logits (checked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from dflash_qualify.engine import Engine, _core, tokenize
+
+TEXT = ("Exact prefill bands let an engine read each weight block once for several prompt tokens "
+        "while every token is still reduced in exactly the order a one-token step would use. ")
+MODES = (1, 2, 3, 4)
+
+
+def prompt_tokens(n: int) -> list[int]:
+    toks = tokenize(TEXT * (n // len(TEXT) + 2))
+    return toks[:n]
+
+
+def run(args: argparse.Namespace) -> dict:
+    t0 = time.perf_counter()
+    eng = Engine(args.model, seed=0, threads=args.threads)
+    build_s = time.perf_counter() - t0
+    toks = prompt_tokens(args.tokens)
+    n = len(toks)
+    ref = None
+    samples: dict[int, list[dict]] = {c: [] for c in MODES}
+    for c in MODES:  # warm-up (page in weights, spin up the pool); not recorded
+        eng.prefill(toks, chunk=c, bands=c > 1)
+    for _ in range(args.repeats):
+        for c in MODES:  # interleaved so drift hits every mode alike
+            res = eng.prefill(toks, chunk=c, bands=c > 1)
+            if ref is None:
+                ref = res.logits.tobytes()
+            if res.logits.tobytes() != ref or not res.exact:
+                raise SystemExit(f"q{c} logits differ from q1: bands are not exact")
+            samples[c].append({"ns": res.prefill_ns, "weight_bytes": res.weight_bytes, "op_ns": res.op_ns,
+                               "widths": res.band_widths})
+    probe = float(_core.kernels.read_bandwidth_gbs(1 << 30, eng.threads, 3))
+    rows = {}
+    q1_tok_s = statistics.median(n / (s["ns"] * 1e-9) for s in samples[1])
+    q1_bpt = samples[1][0]["weight_bytes"] / n
+    for c in MODES:
+        tok_s = statistics.median(n / (s["ns"] * 1e-9) for s in samples[c])
+        bpt = samples[c][0]["weight_bytes"] / n
+        speedup = tok_s / q1_tok_s
+        ceiling = q1_bpt / bpt
+        med_ns = statistics.median(s["ns"] for s in samples[c])
+        ops = {k: statistics.median(s["op_ns"][k] for s in samples[c]) / n / 1e3 for k in samples[c][0]["op_ns"]}
+        rows[f"q{c}"] = {"tok_s": tok_s, "speedup": speedup, "bytes_per_token": bpt, "ceiling": ceiling,
+                         "frac_of_ceiling": speedup / ceiling, "median_ns": med_ns,
+                         "weight_gbs": samples[c][0]["weight_bytes"] / med_ns,
+                         "op_us_per_token": ops, "tok_s_samples": [n / (s["ns"] * 1e-9) for s in samples[c]]}
+    q1_gbs = rows["q1"]["weight_gbs"]
+    return {"model": args.model, "tokens": n, "threads": eng.threads, "repeats": args.repeats,
+            "build_s": build_s, "simd_path": _core.kernels.simd_path(), "weight_bytes_total": eng.weight_bytes_total,
+            "probe_gbs": probe, "q1_weight_gbs": q1_gbs, "q1_frac_of_probe": q1_gbs / probe, "modes": rows,
+            "targets": {"q4_frac_of_ceiling_min": 0.85, "q1_frac_of_probe_min": 0.70}}
+
+
+def print_table(r: dict) -> None:
+    print(f"model {r['model']}  prompt {r['tokens']} tokens  threads {r['threads']}  simd {r['simd_path']}  "
+          f"weights {r['weight_bytes_total'] / 2**20:.1f} MiB (built in {r['build_s']:.2f} s)  repeats {r['repeats']}")
+    print(f"{'mode':<5}{'tok/s':>9}{'speedup':>9}{'MB/tok':>9}{'ceiling':>9}{'of ceil':>9}{'GB/s':>8}")
+    for name, m in r["modes"].items():
+        print(f"{name:<5}{m['tok_s']:>9.1f}{m['speedup']:>8.2f}x{m['bytes_per_token'] / 1e6:>9.2f}"
+              f"{m['ceiling']:>8.2f}x{m['frac_of_ceiling'] * 100:>8.1f}%{m['weight_gbs']:>8.2f}")
+    print(f"q1 weight bandwidth {r['q1_weight_gbs']:.2f} GB/s vs read probe {r['probe_gbs']:.2f} GB/s "
+          f"= {r['q1_frac_of_probe'] * 100:.1f}% (target >= 70%)")
+    q4 = r["modes"]["q4"]
+    print(f"q4 speedup {q4['speedup']:.2f}x of ceiling {q4['ceiling']:.2f}x = {q4['frac_of_ceiling'] * 100:.1f}% "
+          "(target >= 85%)")
+    print("per-token op time (us/token, median):")
+    for name, m in r["modes"].items():
+        print(f"  {name}: " + "  ".join(f"{k} {v:.0f}" for k, v in m["op_us_per_token"].items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="also write the results as JSON to this file")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--model", default="ds4-mini")
+    ap.add_argument("--tokens", type=int, default=128)
+    args = ap.parse_args(argv)
+    r = run(args)
+    print_table(r)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(r, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
