@@ -326,13 +326,13 @@ def verdict(result: dict, gate: dict) -> dict:
         conds.append(_cond("cache_cold", None, req["cache_hit_requests"] == 0, "cache_hit",
                            f"{req['cache_hit_requests']} of {req['cache_recorded']} requests hit a cache"))
     for comp in result["comparisons"]:
-        conds.extend(_comparison_conditions(comp, gate, result["kind"]))
+        conds.extend(_comparison_conditions(comp, gate, result["kind"], result.get("gain_name", "gain")))
     failed = [c for c in conds if not c["passed"]]
     return {"qualified": not failed, "thresholds": gate, "conditions": conds,
             "reasons": list(dict.fromkeys(c["reason"] for c in failed))}
 
 
-def _comparison_conditions(comp: dict, gate: dict, kind: str) -> list[dict]:
+def _comparison_conditions(comp: dict, gate: dict, kind: str, gain_name: str) -> list[dict]:
     g = comp["group"]
     tag = f" ({g})" if g is not None else ""
     gain, ci = comp["gain_pct"], comp["ci"]
@@ -352,11 +352,11 @@ def _comparison_conditions(comp: dict, gate: dict, kind: str) -> list[dict]:
                                f"{span} includes zero"))
     if gain is None:
         conds.append(_cond("gain_meets_min", g, False, "gain_unavailable",
-                           f"no gain{tag}: {comp['gain_reason']}"))
+                           f"no {gain_name}{tag}: {comp['gain_reason']}"))
     else:
         ok = gain >= gate["min_gain_pct"]
         conds.append(_cond("gain_meets_min", g, ok, "gain_below_min",
-                           f"gain {_pct(gain)}{tag} {'reaches' if ok else 'is below'} "
+                           f"{gain_name} {_pct(gain)}{tag} {'reaches' if ok else 'is below'} "
                            f"the minimum {_pct(gate['min_gain_pct'])}"))
     if kind != "bracket":
         return conds

@@ -53,7 +53,7 @@ def check(samples: list[dict], reference_arms: set[str],
         by_prompt.setdefault(_key(s), []).append(s)
 
     prompts, mismatches, first = [], 0, None
-    for key in sorted(by_prompt):
+    for key in by_prompt:  # in order of first appearance (seq), i.e. the protocol's order
         group_samples = by_prompt[key]
         refs = [s for s in group_samples if s.get("arm") in reference_arms]
         reference = (refs or group_samples)[0]

@@ -65,6 +65,10 @@ def test_markdown_compare_lower_time(tmp_path):
     assert "The 3-sample main median was 10.000 ms. PR took 8.000 ms, 20.00% lower prefill time." in md
     assert "The 3-sample main median was 20.000 ms. PR took 19.000 ms, 5.00% lower prefill time." in md
     assert "same response SHA-256 per prompt:" in md
+    assert md.index("- group 64, prompt p64") < md.index("- group 128, prompt p128")  # protocol order
+    assert "| gain_meets_min [128] | pass | lower time 5.00% (128) reaches the minimum 1.00% |" in md
+    assert "Thresholds: min lower time 1.00% (point estimate; the CI must lie above zero), " \
+           "identical responses reported only." in md
 
 
 def test_json_report(evidence):

@@ -5,10 +5,15 @@ from ..analysis import describe_mismatch
 from .base import ReportInput, fmt_p, fmt_pct, fmt_value, with_unit
 
 
+def _short(label: str) -> str:
+    """A label's name part: 'main' from 'main: bands chunk 4, MMQ for widths 2-4'."""
+    return label.split(":", 1)[0].strip() or label
+
+
 def _reference_word(labels: list[str]) -> str:
     """What the reference arms have in common, e.g. 'q1' from 'q1 reference A' / 'q1 reference B'."""
     if len(labels) == 1:
-        words = labels[0].split()
+        words = _short(labels[0]).split()
     else:
         split = [label.split() for label in labels]
         words = []
@@ -54,7 +59,7 @@ def _comparison_lines(stats: dict, comp: dict, arms: list[dict]) -> list[str]:
     verb = "reached" if stats["direction"] == "higher" else "took"
     text = (f"The {pooled_word}{pooled['n']}-sample {ref_word} median was "
             f"{with_unit(fmt_value(pooled['median'], d), unit)}. "
-            f"{_cap(cand['label'])} {verb} {with_unit(fmt_value(comp['candidate']['median'], d), unit)}, "
+            f"{_cap(_short(cand['label']))} {verb} {with_unit(fmt_value(comp['candidate']['median'], d), unit)}, "
             f"{_gain_phrase(stats, comp['gain_pct'])}.")
     if comp["drift_pct"] is not None:
         which = "two" if len(refs) == 2 else "first and last"
@@ -128,9 +133,11 @@ def _verdict_lines(stats: dict) -> list[str]:
         result = "pass" if c["passed"] else f"FAIL `{c['reason']}`"
         lines.append(f"| {name} | {result} | {c['message']} |")
     t = v["thresholds"]
-    lines += ["", f"Thresholds: min gain {fmt_pct(t['min_gain_pct'])} (point estimate; the CI must lie "
-                  f"above zero), max drift {fmt_pct(t['max_drift_pct'])} and below half the gain, "
-                  f"identical responses {'required' if t['require_identical'] else 'reported only'}."]
+    drift = (f"max drift {fmt_pct(t['max_drift_pct'])} and below half the {stats['gain_name']}, "
+             if stats["kind"] == "bracket" else "")
+    lines += ["", f"Thresholds: min {stats['gain_name']} {fmt_pct(t['min_gain_pct'])} (point estimate; "
+                  f"the CI must lie above zero), {drift}identical responses "
+                  f"{'required' if t['require_identical'] else 'reported only'}."]
     return lines
 
 
