@@ -133,8 +133,10 @@ def check_protocol(protocol: object) -> dict:
             raise _bad("groups", "a non-empty list of strings", groups)
         if len(set(groups)) != len(groups):
             raise _bad("groups", "unique group names", groups)
-    decimals = protocol.get("report", {}).get("decimals", DEFAULT_DECIMALS) \
-        if isinstance(protocol.get("report", {}), dict) else None
+    report = protocol.get("report", {})
+    if not isinstance(report, dict):
+        raise _bad("report", "a table", type(report).__name__)
+    decimals = report.get("decimals", DEFAULT_DECIMALS)
     if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
         raise _bad("report.decimals", "an integer 0..12", decimals)
     return {"kind": kind, "metric": metric, "direction": direction, "arms": arms,
