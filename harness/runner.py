@@ -121,8 +121,18 @@ class Runner:
         self._deadline[arm["id"]] = started + self.protocol["timeouts"]["arm_s"]
         info = target.prepare()
         info["start_s"] = round(time.monotonic() - started, 3)
+        self._check_same_model(arm["id"], info)
         self.arm_info[arm["id"]] = info
         return target
+
+    def _check_same_model(self, arm_id: str, info: dict) -> None:
+        """Arms must run the same model and weights (pyperf's guard: never pool unlike runs)."""
+        mine = info.get("config_hash")
+        for other, seen in self.arm_info.items():
+            theirs = seen.get("config_hash")
+            if mine and theirs and mine != theirs:
+                raise RunFailed(f"arm {arm_id} runs model config {mine[:12]} but arm {other} "
+                                f"ran {theirs[:12]}: all arms must run the same model and seed")
 
     def _stop(self, target: Target) -> None:
         if target in self.live:
@@ -273,8 +283,7 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
     protocol = loaded.resolved
     secrets = environment.secret_values(protocol)
     create = writer_factory or evidence.EvidenceWriter.create
-    Path(out_root).mkdir(parents=True, exist_ok=True)
-    writer = create(Path(out_root), protocol["name"])
+    writer = create(Path(out_root), protocol["name"])  # UsageError if the root is unusable
     partial = str(getattr(writer, "path", out_root))
     runner = Runner(protocol, writer, make_target, on_event, secrets)
     env_record: dict[str, Any] = {}

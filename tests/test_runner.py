@@ -200,3 +200,20 @@ def test_writer_is_the_only_writer(tmp_path):
     assert [p.name for p in (tmp_path / "ev").iterdir()][0].endswith("-exact-bands-quick")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ev"]
     assert isinstance(EvidenceWriter, type)
+
+
+def test_arms_running_different_models_are_refused(tmp_path):
+    with pytest.raises(RunFailed, match=r"arm cand runs model config other but arm A ran fake: "
+                                        r"all arms must run the same model and seed"):
+        run(tmp_path, {"cand": FakeScript(config_hash="other")})
+
+
+def test_out_that_is_a_file_is_a_usage_error(tmp_path):
+    (tmp_path / "ev").write_text("not a directory")
+    result = CliRunner().invoke(main, ["run", "exact-bands-quick", "--out",
+                                       str(tmp_path / "ev")])
+    assert result.exit_code == 2 and "is a file" in result.output
+    below = CliRunner().invoke(main, ["run", "exact-bands-quick", "--out",
+                                      str(tmp_path / "ev" / "sub")])
+    assert below.exit_code == 2, below.output
+    assert "error: " in below.output and "cannot create evidence root" in below.output

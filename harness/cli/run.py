@@ -87,7 +87,7 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     from ..evidence import load_evidence
 
     loaded = protocol_mod.load(protocol, warmups=warmups, measured=measured)
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     invocation = _invocation(protocol, out, warmups, measured)
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
               f"{loaded.resolved['target']['model']}): evidence under {out}", highlight=False)

@@ -25,6 +25,7 @@ class FakeScript:
     die_at: int | None = None           # run_once raises TargetError("worker exited ...")
     cache_hit_at: int | None = None     # that request reports cache_hits = 1
     on_request: Callable[[int], None] | None = None   # hook, e.g. to raise KeyboardInterrupt
+    config_hash: str = "fake"
 
 
 class FakeTarget(Target):
@@ -42,7 +43,7 @@ class FakeTarget(Target):
             raise TargetError(f"arm {self.arm_id}: {self.script.fail_prepare}")
         self.prepared = True
         return {"command": None, "env": {}, "engine_build": {"fake": True},
-                "model": {"name": "fake"}, "config_hash": "fake"}
+                "model": {"name": "fake"}, "config_hash": self.script.config_hash}
 
     def run_once(self, request: Request) -> Response:
         n = len(self.requests)
