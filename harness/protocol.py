@@ -30,6 +30,7 @@ METRICS = {"prefill_tok_s": "higher", "prefill_ms": "lower", "decode_tok_s": "hi
 DEFAULT_METRIC = {"bracket": "prefill_tok_s", "compare": "prefill_ms"}
 CACHE_POLICIES = ("cold", "allow")
 ROLES = ("reference", "candidate")
+MODES = ("exact", "approximate")
 DEFAULT_PROTOCOL = "exact-bands-aba"
 CORPUS = "prompts/corpus.txt"  # bundled text that `length = N` prompts are cut from
 
@@ -419,8 +420,8 @@ def _engine_args(ck: _Checker, e: dict, path: str) -> dict:
     if "mmvq_max_ncols" in e:
         out["mmvq_max_ncols"] = ck.integer(e["mmvq_max_ncols"], f"{path}.mmvq_max_ncols",
                                            lo=1, hi=64)
-    if "mode" in e:
-        out["mode"] = ck.string(e["mode"], f"{path}.mode")
+    if "mode" in e:  # the embedded engine's prefill modes (approximate is labelled non-exact)
+        out["mode"] = ck.string(e["mode"], f"{path}.mode", choices=MODES)
     return out
 
 

@@ -127,6 +127,8 @@ BAD = [
      "arms[2].id: expected an id not used by another arm, found string 'A'"),
     ("bad engine arg", lambda s: s.replace("chunk = 4", "chunk = 0"),
      "arms[1].engine.chunk: expected an integer from 1 to 64, found integer 0"),
+    ("bad mode", lambda s: s.replace("chunk = 4", 'chunk = 4, mode = "fast"'),
+     "arms[1].engine.mode: expected one of \"exact\", \"approximate\", found string 'fast'"),
     ("unknown engine arg", lambda s: s.replace("chunk = 4", "chunks = 4"),
      "arms[1].engine.chunks: unknown key (allowed here: bands, chunk, mmvq_max_ncols, mode)"),
     ("key in the wrong table", lambda s: s + 'schedule = ["A", "cand", "C"]\n',

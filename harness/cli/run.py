@@ -23,6 +23,7 @@ class ProgressView:
         self.live = console.is_terminal
         self.progress: Progress | None = None
         self.tasks: dict[str, int] = {}
+        self.medians: dict[str, str] = {}
 
     def __enter__(self) -> "ProgressView":
         if self.live:
@@ -49,10 +50,13 @@ class ProgressView:
             return
         if e.kind == "arm_end":
             if self.progress is not None and key in self.tasks:
-                self.progress.update(self.tasks[key], status="[green]done[/]")
+                self.progress.update(self.tasks[key],
+                                     status=f"[green]done[/]{self.medians.get(key, '')}")
             return
         group = f" [{e.group}]" if e.group else ""
         median = f"  median {e.median:.4g} {unit}" if e.median is not None else ""
+        if median:
+            self.medians[key] = median
         status = f"{e.phase}{group} {e.index}/{e.total}  {e.value:.4g} {unit}{median}"
         if self.progress is not None:
             self.progress.update(self.tasks[key], completed=e.index, total=e.total,
