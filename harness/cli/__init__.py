@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("gate", "Turn an evidence directory's verdict into an exit code."),
     "analyze": ("analyze", "Statistics and report for samples collected elsewhere."),
     "engine-info": ("engine_info", "Engine build flags, SIMD path and model configs."),
+    "serve": ("serve", "Serve the embedded engine over HTTP (llama.cpp and OpenAI APIs)."),
 }
 
 
