@@ -68,4 +68,9 @@ float* kernel_scratch(size_t n) {
     if (buf.size() < n) buf.resize(n);
     return buf.data();
 }
+BlockQ8_0* kernel_scratch_blocks(size_t n) {
+    thread_local std::vector<BlockQ8_0> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
 }  // namespace dq::simd

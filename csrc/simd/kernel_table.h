@@ -29,6 +29,8 @@ extern const KernelSet kAvx512VnniKernels;
 // code so ISA-flagged files never instantiate std:: templates (an ODR-merged copy compiled
 // with -mavx512f could otherwise be picked for the AVX2 or scalar path).
 float* kernel_scratch(size_t n);
+// Per-thread scratch of at least n Q8_0 blocks (e.g. transformed activations).
+BlockQ8_0* kernel_scratch_blocks(size_t n);
 
 // Per-ISA row kernels (signatures of MatRowsFn), defined in csrc/simd/.
 void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,

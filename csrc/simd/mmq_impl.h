@@ -33,25 +33,31 @@ template <class ISum, int RT, int CT>
 inline void mmq_tile(const BlockQ8_0* const* wrow, const BlockQ8_0* const* xcol, const float* xd,
                      int nb, float* const* yout) {
     __m256 acc[RT][CT];
+#pragma GCC unroll 4
     for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 4
         for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
         __m256i xq[CT];
+#pragma GCC unroll 4
         for (int c = 0; c < CT; ++c)
             xq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xcol[c][b].qs));
-        const __m256 xdv = _mm256_castps128_ps256(_mm_loadu_ps(xd + size_t(b) * kMmqColTile));
+#pragma GCC unroll 4
         for (int r = 0; r < RT; ++r) {
-            const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[r][b].qs));
-            const __m256i wabs = _mm256_abs_epi8(wq);
-            alignas(32) float s_c[8];
-            _mm256_store_ps(s_c, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wrow[r][b].d)), xdv));
+            const typename ISum::Prep prep =
+                ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[r][b].qs)));
+            const __m256 wd = _mm256_set1_ps(_cvtsh_ss(wrow[r][b].d));
+#pragma GCC unroll 4
             for (int c = 0; c < CT; ++c) {
-                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(wabs, wq, xq[c]));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(s_c + c), isum, acc[r][c]);
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep, xq[c]));
+                const __m256 s = _mm256_mul_ps(wd, _mm256_broadcast_ss(xd + size_t(b) * kMmqColTile + c));
+                acc[r][c] = _mm256_fmadd_ps(s, isum, acc[r][c]);
             }
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 4
         for (int c = 0; c < CT; ++c) yout[c][r] = hsum_adjacent(acc[r][c]);
 }
 
@@ -91,6 +97,15 @@ void mmq_any(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int 
         const int ct = ncols - c0 < kMmqColTile ? ncols - c0 : kMmqColTile;
         load_activation_scales(x + size_t(c0) * nb, ct, nb, kMmqColTile,
                                scales + size_t(nb) * c0);
+    }
+    if (ISum::kTransformsX) {
+        BlockQ8_0* xt = kernel_scratch_blocks(size_t(ncols) * nb);
+        for (size_t i = 0; i < size_t(ncols) * nb; ++i) {
+            xt[i].d = x[i].d;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xt[i].qs), ISum::transform_x(q));
+        }
+        x = xt;
     }
     int n = row_begin;
     for (; n + kMmqRowTile <= row_end; n += kMmqRowTile)

@@ -1,50 +1,67 @@
-// Narrow MMVQ kernel body (ncols 1..8, canonical order), templated on the int8 dot op so the
-// AVX2 and AVX-512 VNNI files instantiate the same loop. Internal linkage only.
+// Narrow MMVQ kernel body (canonical order), templated on the int8 dot policy so the AVX2 and
+// AVX-512 VNNI files instantiate the same loop. Internal linkage only.
 //
 // W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
 // R rows are processed together (independent FMA chains for ILP); each weight block is
 // loaded once and applied to all NC columns. Column c of row n accumulates exactly like
-// vec_dot_q8_0_q8_0_ref: per block 8 int32 lane sums, s = wd * xd (one fp32 multiply),
+// vec_dot_q8_0_q8_0_ref: per block 8 exact int32 lane sums, s = wd * xd (one fp32 multiply),
 // acc = fma(s, isum, acc), canonical horizontal sum at the end.
+//
+// Dot policy (ISum): `Prep prep(__m256i wq)` once per weight block (shared by all columns),
+// `__m256i isum(const Prep&, __m256i xq)` per column, and `transform_x(qs)` applied once per
+// call to the activation quants (identity for AVX2; x ^ 0x80 for the VNNI offset trick).
 #pragma once
 #include "q8_0_simd.h"
 
 namespace dq::simd {
 namespace {
 
+// Software prefetch distance along each weight row (bytes ahead of the current block).
+constexpr int kMmvqPrefetchBytes = 512;
+
 template <class ISum, int NC, int R>
 inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const float* xd, float* y,
                       int N, int n0) {
-    __m256 acc[R][NC];
-    for (int r = 0; r < R; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+    // Fully unrolled (pragmas) so GCC keeps the accumulators in registers instead of
+    // mirroring the array to the stack on every block.
+    __m256 acc[R * NC];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * NC; ++i) acc[i] = _mm256_setzero_ps();
     const BlockQ8_0* wrow[R];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
     for (int b = 0; b < nb; ++b) {
+        typename ISum::Prep prep[R];
+        __m256 wd[R];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const BlockQ8_0& wb = wrow[r][b];
-            const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
-            const __m256i wabs = _mm256_abs_epi8(wq);
-            // s[c] = wd * xd[c] for all columns in one multiply (same fp32 rounding as the
-            // scalar product), parked on the stack so each column takes a broadcast load.
-            alignas(32) float s_c[8];
-            _mm256_store_ps(s_c, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wb.d)),
-                                               _mm256_loadu_ps(xd + size_t(b) * 8)));
-            for (int c = 0; c < NC; ++c) {
-                const __m256i xq =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[size_t(c) * nb + b].qs));
-                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(wabs, wq, xq));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(s_c + c), isum, acc[r][c]);
+            // W streams from DRAM once; run ahead of the R interleaved row streams.
+            _mm_prefetch(reinterpret_cast<const char*>(&wb) + kMmvqPrefetchBytes, _MM_HINT_T0);
+            prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
+            wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+            const __m256i xq =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[size_t(c) * nb + b].qs));
+            const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
+                // s = wd * xd: the same single fp32 rounding as the scalar reference.
+                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
             }
         }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_canonical(acc[r][c]);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_canonical(acc[r * NC + c]);
 }
 
 // Rows per step: enough independent accumulators to hide FMA latency, few enough to stay in
-// 16 ymm registers (R * NC accumulators + 2 R weight registers). The thread grain (4) is a
-// multiple of every R.
+// 16 ymm registers. The thread grain (4) is a multiple of every R.
 template <int NC>
 constexpr int mmvq_rows_per_step() {
     return NC <= 2 ? 4 : (NC <= 4 ? 2 : 1);
@@ -56,6 +73,15 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     const int nb = w.cols / QK8_0;
     float* xd = kernel_scratch(size_t(nb) * 8);
     load_activation_scales(x, NC, nb, 8, xd);
+    if (ISum::kTransformsX) {
+        BlockQ8_0* xt = kernel_scratch_blocks(size_t(NC) * nb);
+        for (size_t i = 0; i < size_t(NC) * nb; ++i) {
+            xt[i].d = x[i].d;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xt[i].qs), ISum::transform_x(q));
+        }
+        x = xt;
+    }
     int n = row_begin;
     for (; n + R <= row_end; n += R) mmvq_rows<ISum, NC, R>(w.blocks, nb, x, xd, y, w.rows, n);
     for (; n < row_end; ++n) mmvq_rows<ISum, NC, 1>(w.blocks, nb, x, xd, y, w.rows, n);

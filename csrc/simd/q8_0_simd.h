@@ -19,13 +19,19 @@ inline float hsum_canonical(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));  // u0 + u1
 }
 
-// Exact int32 lane sums of one block: lane j = sum_{i<4} w[4j+i] * x[4j+i].
-// wabs = |w| as unsigned bytes, wq = w; |w| * sign(x, w) = w * x per element. The int16 pair
-// sums stay within 2*127*127 in magnitude, so maddubs never saturates for quants in
-// [-127, 127] (quantize_row_q8_0 never produces -128; the bindings reject it).
+// AVX2 dot policy. Exact int32 lane sums of one block: lane j = sum_{i<4} w[4j+i] * x[4j+i].
+// |w| (unsigned) * sign(x, w) (signed) = w * x per element; the int16 pair sums stay within
+// 2*127*127 in magnitude, so maddubs never saturates for quants in [-127, 127]
+// (quantize_row_q8_0 never produces -128; the bindings reject it).
 struct ISumAvx2 {
-    static inline __m256i isum(__m256i wabs, __m256i wq, __m256i xq) {
-        const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xq, wq));
+    static constexpr bool kTransformsX = false;
+    struct Prep {
+        __m256i wabs, wq;
+    };
+    static inline Prep prep(__m256i wq) { return {_mm256_abs_epi8(wq), wq}; }
+    static inline __m256i transform_x(__m256i xq) { return xq; }
+    static inline __m256i isum(const Prep& p, __m256i xq) {
+        const __m256i p16 = _mm256_maddubs_epi16(p.wabs, _mm256_sign_epi8(xq, p.wq));
         return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
     }
 };
