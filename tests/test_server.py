@@ -2,6 +2,7 @@
 field names, OpenAI endpoints through the official client, errors, queueing, env options."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
@@ -15,11 +16,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
+from aiohttp import web
 
 from dflash_qualify.engine import Engine
 from dflash_qualify.engine import server_api as api
+from dflash_qualify.engine.server import EngineHost, ServerConfig, make_app
 
 EXE = str(Path(sys.executable).parent / "dflash-qualify")
 BANDS, MMVQ = "DFLASH_DS4_EXACT_PREFILL_BANDS", "LUCE_MMVQ_MAX_NCOLS"
@@ -277,6 +281,46 @@ def test_openai_client_sees_bad_requests_as_400(server):
             client.completions.create(model="m", prompt=[1, 2, 300], max_tokens=2)
         with pytest.raises(openai.BadRequestError, match="role"):
             client.chat.completions.create(model="m", messages=[{"role": "robot", "content": "x"}])
+
+
+def test_client_leaving_mid_stream_frees_the_server(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=REQUEST_S)
+    conn.request("POST", "/completion", body=json.dumps({"prompt": PROMPT, "stream": True}),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.readline().startswith(b"data: ")
+    conn.close()  # n_predict -1: the server would stream to the end of the context
+    status, body = post(server, "/completion", {"prompt": PROMPT, "n_predict": 3, "cache_prompt": False})
+    assert status == 200 and body["tokens_predicted"] == 3
+
+
+def test_loading_state_answers_503_in_process():
+    async def scenario() -> list[tuple[int, dict]]:
+        host = EngineHost(ServerConfig(model="ds4-tiny", threads=1))
+        runner = web.AppRunner(make_app(host))
+        await runner.setup()
+        seen = []
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            async with aiohttp.ClientSession() as session:
+                for when in ("before", "after"):
+                    if when == "after":
+                        await host.load()
+                    async with session.get(f"{base}/health") as r:
+                        seen.append((r.status, await r.json()))
+                    async with session.post(f"{base}/completion", json={"prompt": "x", "n_predict": 1}) as r:
+                        seen.append((r.status, await r.json()))
+        finally:
+            await runner.cleanup()
+            host.close()
+        return seen
+
+    (h0, b0), (c0, e0), (h1, b1), (c1, d1) = asyncio.run(scenario())
+    assert (h0, b0["status"]) == (503, "loading")
+    assert error_of(c0, e0, 503, "unavailable_error") == "Loading model"
+    assert (h1, b1) == (200, {"status": "ok"}) and c1 == 200 and d1["tokens_predicted"] == 1
 
 
 # -- queueing ----------------------------------------------------------------------------------------
