@@ -90,6 +90,9 @@ class Runner:
             else:
                 for arm_id in self.protocol["schedule"]:
                     self._run_bracket_arm(self.arms[arm_id])
+        except BaseException:
+            self.kill_all()  # a failed or interrupted run: no graceful wait, no orphan
+            raise
         finally:
             self.stop_all()
         return self.samples
