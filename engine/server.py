@@ -190,8 +190,8 @@ class EngineHost:
             self.load_error = exc
             log.error("cannot load model %s: %s", c.model, exc)
         else:
-            log.info("model %s ready in %.2f s; config %s; %d threads", c.model_name, time.perf_counter() - t0,
-                     self.engine.config_hash, self.engine.threads)
+            log.info("model %s ready in %.2f s; config %s; %d threads", c.model_name,
+                     time.perf_counter() - t0, self.engine.config_hash, self.engine.threads)
         self.loaded.set()
 
     def ready_engine(self) -> Engine:
@@ -216,28 +216,32 @@ def _sse(body: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+def _error(status: int, message: str, kind: str) -> web.Response:
+    return _json(api.error_payload(status, message, kind), status)
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]):
     """Every failure leaves as OpenAI's error shape with the right status."""
     try:
         return await handler(request)
     except api.ApiError as exc:
-        return _json(api.error_payload(exc.status, str(exc), exc.kind), exc.status)
+        return _error(exc.status, str(exc), exc.kind)
     except EngineError as exc:
-        return _json(api.error_payload(400, str(exc), "invalid_request_error"), 400)
+        return _error(400, str(exc), "invalid_request_error")
     except web.HTTPMethodNotAllowed as exc:
-        msg = f"method {request.method} is not allowed on {request.path}; use {', '.join(sorted(exc.allowed_methods))}"
-        return _json(api.error_payload(405, msg, "invalid_request_error"), 405)
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return _error(405, f"method {request.method} is not allowed on {request.path}; use {allowed}",
+                      "invalid_request_error")
     except web.HTTPNotFound:
-        return _json(api.error_payload(404, f"no route {request.method} {request.path}", "not_found_error"), 404)
+        return _error(404, f"no route {request.method} {request.path}", "not_found_error")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        kind = "invalid_request_error" if exc.status < 500 else "server_error"
-        return _json(api.error_payload(exc.status, exc.reason, kind), exc.status)
+        return _error(exc.status, exc.reason, "invalid_request_error" if exc.status < 500 else "server_error")
     except Exception as exc:  # noqa: BLE001 - a bug or resource failure: 500, logged with traceback
         log.exception("internal error on %s %s", request.method, request.path)
-        return _json(api.error_payload(500, f"internal error: {type(exc).__name__}: {exc}", "server_error"), 500)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -266,9 +270,12 @@ async def _complete(host: EngineHost, req: api.GenRequest) -> GenerateResult:
         return await host.call(generate, engine, req, use_cache)
 
 
+Events = list[dict[str, Any] | str]  # SSE payloads: JSON objects, or a literal such as "[DONE]"
+
+
 async def _stream(request: web.Request, host: EngineHost, req: api.GenRequest,
                   on_token: Callable[[str, int], dict[str, Any]],
-                  on_finish: Callable[[str, GenerateResult], list[dict[str, Any] | str]]) -> web.StreamResponse:
+                  on_finish: Callable[[str, GenerateResult], Events]) -> web.StreamResponse:
     """Stream one generation as SSE: prefill (errors still get a JSON status), then one event per
     token, then the finishing events. The lock is held until the last byte."""
     engine = host.ready_engine()
@@ -299,7 +306,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     if not req.stream:
         return _json(api.llama_completion(await _complete(host, req), req, name, chash))
 
-    def finish(piece: str, gen: GenerateResult) -> list[dict[str, Any] | str]:
+    def finish(piece: str, gen: GenerateResult) -> Events:
         last = api.llama_completion(gen, req, name, chash)
         last["content"] = piece  # llama.cpp: streamed text already went out token by token
         return [last]
@@ -317,8 +324,8 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         return _json(api.openai_chat(gen, name, chash) if chat else api.openai_completion(gen, name, chash))
     chunks = api.OpenAIStream(chat, name)
 
-    def finish(piece: str, gen: GenerateResult) -> list[dict[str, Any] | str]:
-        events: list[dict[str, Any] | str] = [chunks.finish(piece, gen, chash)]
+    def finish(piece: str, gen: GenerateResult) -> Events:
+        events: Events = [chunks.finish(piece, gen, chash)]
         if req.include_usage:
             events.append(chunks.usage_chunk(gen))
         return [*events, "[DONE]"]
