@@ -1,6 +1,6 @@
 """HTTP server of the embedded engine: llama.cpp and OpenAI APIs over aiohttp, one request at a time.
 
-Routes: GET /health (/v1/health), POST /completion (llama.cpp), GET /v1/models,
+Routes: GET /health (/v1/health), POST /completion and GET /props (llama.cpp), GET /v1/models,
 POST /v1/completions, POST /v1/chat/completions (OpenAI, with SSE streaming). Payloads are
 shaped in server_api. The model loads in the background after the socket is bound (/health
 answers 503 until it is ready). Every engine call runs on one dedicated thread and every
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import hashlib
 import json
 import logging
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,17 +28,20 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from . import _core
 from . import server_api as api
 from .config import load_config
 from .engine import Engine
 from .errors import EngineError
-from .options import check_bands, check_chunk, check_mmvq, env_bands, env_mmvq_max_ncols
+from .options import (ENV_BANDS, ENV_MMVQ, check_bands, check_chunk, check_mmvq, env_bands,
+                      env_mmvq_max_ncols, resolve)
 from .results import GenerateResult
 from .tokenizer import detokenize, prompt_tokens
 
 log = logging.getLogger("dflash_qualify.engine.server")
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs'
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+SHUTDOWN_GRACE_S = 5.0  # in-flight requests get this long after SIGTERM/SIGINT, then are cancelled
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,26 @@ async def health(request: web.Request) -> web.Response:
     return _json({"status": "loading", **api.error_payload(503, "Loading model", "unavailable_error")}, 503)
 
 
+async def props(request: web.Request) -> web.Response:
+    """llama.cpp's GET /props, plus what evidence needs: build, config, resolved options, binary."""
+    host = request.app[HOST_KEY]
+    engine = host.ready_engine()
+    return _json(api.props(host.config.model_name, str(host.config.model), _identity(host, engine)))
+
+
+def _identity(host: EngineHost, engine: Engine) -> dict[str, Any]:
+    c = host.config
+    plan = resolve(call={}, ctor={"bands": c.bands, "chunk": c.chunk, "mmvq_max_ncols": c.mmvq_max_ncols})
+    core = Path(_core.__file__)
+    return {"pid": os.getpid(), "build_info": engine.build_info(), "config": engine.config,
+            "config_hash": engine.config_hash, "threads": engine.threads,
+            "prefix_cache_slots": c.prefix_cache_slots,
+            "options": {"bands": plan.bands, "chunk": plan.chunk, "mmvq_max_ncols": plan.mmvq_max_ncols},
+            "env": {ENV_BANDS: os.environ.get(ENV_BANDS), ENV_MMVQ: os.environ.get(ENV_MMVQ)},
+            "binaries": [{"module": _core.__name__, "path": str(core),
+                          "sha256": hashlib.sha256(core.read_bytes()).hexdigest()}]}
+
+
 async def models(request: web.Request) -> web.Response:
     host = request.app[HOST_KEY]
     engine = host.ready_engine()
@@ -347,6 +372,7 @@ def make_app(host: EngineHost) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/completion", completion)
+    app.router.add_get("/props", props)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", openai_completions)
     app.router.add_post("/v1/chat/completions", openai_chat)
@@ -363,7 +389,8 @@ async def serve(config: ServerConfig, *, on_listening: Callable[[str, int], None
     """
     check_config(config)
     host = EngineHost(config)
-    runner = web.AppRunner(make_app(host), access_log_format=ACCESS_LOG_FORMAT, handle_signals=False)
+    runner = web.AppRunner(make_app(host), access_log_format=ACCESS_LOG_FORMAT, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

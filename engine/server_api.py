@@ -313,6 +313,11 @@ class OpenAIStream:
         return body
 
 
+def props(model: str, model_path: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """GET /props: llama.cpp's model_alias / model_path / total_slots, and the engine identity."""
+    return {"model_alias": model, "model_path": model_path, "total_slots": 1, "dflash": identity}
+
+
 def models_list(model: str, config_hash: str, created: int) -> dict[str, Any]:
     return {"object": "list", "data": [{"id": model, "object": "model", "created": created,
                                         "owned_by": "dflash-qualify", "meta": {"config_hash": config_hash}}]}

@@ -142,6 +142,19 @@ def test_health(server):
     assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
+def test_props_names_the_engine(server, bands_server, engine):
+    status, raw = request(server, "GET", "/props")
+    body = json.loads(raw)
+    assert status == 200 and body["model_alias"] == "ds4-tiny" and body["total_slots"] == 1
+    ident = body["dflash"]
+    assert ident["config_hash"] == engine.config_hash and ident["config"]["name"] == "ds4-tiny"
+    assert ident["threads"] == 1 and ident["prefix_cache_slots"] == 4
+    assert ident["options"] == {"bands": False, "chunk": 1, "mmvq_max_ncols": 4}
+    assert ident["build_info"]["simd_path"] and len(ident["binaries"][0]["sha256"]) == 64
+    banded = json.loads(request(bands_server, "GET", "/props")[1])["dflash"]
+    assert banded["options"]["bands"] is True and banded["env"][BANDS] == "1"
+
+
 def test_completion_string_prompt_fields_and_content(server, engine):
     status, body = post(server, "/completion", {"prompt": PROMPT, "n_predict": 8, "cache_prompt": False})
     assert status == 200, body
