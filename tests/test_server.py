@@ -216,6 +216,32 @@ def test_completion_stream_concatenates_to_the_plain_response(server):
     assert events[-1]["timings"]["predicted_n"] == 7
 
 
+EOS_PROMPT = "p25"  # ds4-tiny seed 0 emits EOS after 6 tokens (found by search; pinned here)
+
+
+@pytest.mark.parametrize("prompt, n_predict, stop_type", [
+    (EOS_PROMPT, 40, "eos"),
+    ("x" * 500, -1, "limit"),  # 501 prompt tokens: generation runs into the 512-token context
+], ids=["eos", "context-end"])
+def test_stream_stops_exactly_where_plain_generation_stops(server, engine, prompt, n_predict, stop_type):
+    body = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}
+    plain = post(server, "/completion", body)[1]
+    ref = engine.generate(prompt, max_tokens=40 if n_predict > 0 else 512)
+    assert plain["tokens"] == ref.tokens and plain["stop_type"] == stop_type
+    assert plain["truncated"] is (ref.stop == "ctx")
+    streamed = request(server, "POST", "/completion", {**body, "stream": True})[1]
+    events = [json.loads(e) for e in sse_events(streamed)]
+    assert [e["tokens"][0] for e in events[:-1]] == ref.tokens
+    assert events[-1]["stop_type"] == stop_type and events[-1]["truncated"] is plain["truncated"]
+    with server.openai() as client:
+        done = client.completions.create(model="m", prompt=prompt, max_tokens=40 if n_predict > 0 else 600)
+        chunks = list(client.completions.create(model="m", prompt=prompt, stream=True,
+                                                max_tokens=40 if n_predict > 0 else 600))
+    want = "stop" if stop_type == "eos" else "length"
+    assert done.choices[0].finish_reason == want and chunks[-1].choices[0].finish_reason == want
+    assert "".join(c.choices[0].text for c in chunks) == done.choices[0].text
+
+
 # -- OpenAI API through the official client ------------------------------------------------------------
 def test_openai_models_and_completions(server, engine):
     with server.openai() as client:
