@@ -98,10 +98,11 @@ def _max_tokens(engine: Engine, req: api.GenRequest) -> int:
     return engine.config["ctx"] if req.max_tokens is None else req.max_tokens
 
 
-def generate(engine: Engine, req: api.GenRequest, use_cache: bool) -> GenerateResult:
-    """One non-streamed generation; through the prefix cache only when use_cache."""
+def generate(engine: Engine, req: api.GenRequest, bypass_cache: bool) -> GenerateResult:
+    """One non-streamed generation: Engine.generate (as the worker runs it), or, to bypass a
+    prefix cache the engine holds, the same prefill + decode on a fresh session."""
     max_tokens = _max_tokens(engine, req)
-    if use_cache:
+    if not bypass_cache:
         return engine.generate(req.prompt, max_tokens=max_tokens, **req.options)
     toks = prompt_tokens(req.prompt, vocab=engine.config["vocab"])
     sess = engine.session()
@@ -175,7 +176,6 @@ class EngineHost:
         self.config = config
         self.engine: Engine | None = None
         self.load_error: BaseException | None = None
-        self.loaded = asyncio.Event()
         self.lock = asyncio.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflash-engine")
         self.created = int(time.time())
@@ -197,7 +197,6 @@ class EngineHost:
         else:
             log.info("model %s ready in %.2f s; config %s; %d threads", c.model_name,
                      time.perf_counter() - t0, self.engine.config_hash, self.engine.threads)
-        self.loaded.set()
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -290,9 +289,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 async def _complete(host: EngineHost, req: api.GenRequest) -> GenerateResult:
     engine = host.ready_engine()
-    use_cache = req.cache_prompt and host.config.prefix_cache_slots > 0
+    bypass = not req.cache_prompt and host.config.prefix_cache_slots > 0
     async with host.lock:
-        return await host.call(generate, engine, req, use_cache)
+        return await host.call(generate, engine, req, bypass)
 
 
 Events = list[dict[str, Any] | str]  # SSE payloads: JSON objects, or a literal such as "[DONE]"

@@ -42,7 +42,8 @@ def command(host: str, port: int, model: str, seed: int, threads: int | None, ba
                           host=host, port=port)
 
     def listening(bound_host: str, bound_port: int) -> None:
-        click.echo(f"dflash-qualify serve: listening on http://{bound_host}:{bound_port} "
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # IPv6 literal in a URL
+        click.echo(f"dflash-qualify serve: listening on http://{shown}:{bound_port} "
                    f"(model {config.model_name}, loading in the background)", err=True)
 
     try:
