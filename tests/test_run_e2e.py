@@ -80,7 +80,7 @@ def test_run_quick_seals_verifies_and_gates(tmp_path):
 
 def test_run_compare_on_tiny(tmp_path):
     text = (protocol.bundled_dir() / "narrow-mmvq-compare.toml").read_text()
-    text = text.replace('model = "ds4-mini"', 'model = "ds4-tiny"\nthreads = 1')
+    text = text.replace('model = "ds4-mini"', 'model = "ds4-tiny"')
     path = tmp_path / "compare-tiny.toml"
     path.write_text(text)
     done = cli("run", str(path), "--out", str(tmp_path / "ev"), "--warmups", "0",
