@@ -58,6 +58,10 @@ def metric_value(metric: str, r: Response) -> float:
     raise ValueError(f"unknown metric {metric!r}")
 
 
+def _number_or_none(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -204,6 +208,7 @@ class Runner:
             "prefill_ms": response.prefill_ms, "decode_ms": response.decode_ms,
             "cache_hits": response.cache_hits, "band_widths": response.band_widths,
             "weight_bytes": response.weight_bytes, "wall_ms": round(wall_ms, 6),
+            "worker_ms": _number_or_none(response.timings.get("worker_ms")),
             "t_start_utc": t_start, "ok": True, "error": None,
         }
         failure = None
