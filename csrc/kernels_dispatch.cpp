@@ -68,6 +68,14 @@ float* kernel_scratch(size_t n) {
     if (buf.size() < n) buf.resize(n);
     return buf.data();
 }
+uint8_t* kernel_scratch_bytes(size_t n) {
+    struct alignas(64) Line {
+        uint8_t b[64];
+    };
+    thread_local std::vector<Line> buf;
+    if (buf.size() * 64 < n) buf.resize((n + 63) / 64);
+    return buf.data()->b;
+}
 BlockQ8_0* kernel_scratch_blocks(size_t n) {
     thread_local std::vector<BlockQ8_0> buf;
     if (buf.size() < n) buf.resize(n);

@@ -1,6 +1,7 @@
 // Internal: the per-ISA kernel table that kernels_dispatch.cpp chooses from at start-up.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "../kernels.h"
 
@@ -31,6 +32,8 @@ extern const KernelSet kAvx512VnniKernels;
 float* kernel_scratch(size_t n);
 // Per-thread scratch of at least n Q8_0 blocks (e.g. transformed activations).
 BlockQ8_0* kernel_scratch_blocks(size_t n);
+// Per-thread byte scratch of at least n bytes, 64-byte aligned.
+uint8_t* kernel_scratch_bytes(size_t n);
 
 // Per-ISA row kernels (signatures of MatRowsFn), defined in csrc/simd/.
 void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,

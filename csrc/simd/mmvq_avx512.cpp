@@ -1,0 +1,115 @@
+// Narrow MMVQ, AVX-512 VNNI on 512-bit vectors: two activation columns per zmm, canonical order.
+//
+// W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
+// A zmm holds the 8 canonical lanes of column c0 (low half) and of column c0+1 (high half).
+// Every op is lane-wise (vpdpbusd, cvt, mul, fma), so each half performs exactly the
+// per-column sequence of vec_dot_q8_0_q8_0_ref: isum lanes of 4 products, s = wd * xd,
+// acc = fma(s, isum, acc), canonical horizontal sum per half. Halving the vector-op count
+// per column is what lets 4 columns cost barely more than 1 once W streams from DRAM.
+// ncols == 1 uses the 256-bit body (memory-bound; a zmm would carry a dead half).
+#include "kernel_table.h"
+#include "mmvq_impl.h"
+
+namespace dq::simd {
+
+namespace {
+
+constexpr int kZmmPrefetchBytes = 512;
+
+// Prepared activations per block b and column pair p (c0 = 2p, c1 = 2p+1, or c0 again for
+// an odd tail whose high half is discarded): xp holds 64 bytes = (x+128) of c0 | of c1, and
+// xd16 holds 16 floats = fp32(xd of c0) x 8 | fp32(xd of c1) x 8.
+template <int NC, int R>
+inline void mmvq_rows_zmm(const BlockQ8_0* W, int nb, const uint8_t* xp, const float* xd16,
+                          float* y, int N, int n0) {
+    constexpr int NP = (NC + 1) / 2;
+    __m512 acc[R * NP];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * NP; ++i) acc[i] = _mm512_setzero_ps();
+    const BlockQ8_0* wrow[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    for (int b = 0; b < nb; ++b) {
+        __m512i wq[R], corr[R];
+        __m512 wd[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const BlockQ8_0& wb = wrow[r][b];
+            _mm_prefetch(reinterpret_cast<const char*>(&wb) + kZmmPrefetchBytes, _MM_HINT_T0);
+            wq[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
+            // corr = -128 * (sum of the 4 weights of each lane), so dpbusd(corr, x+128, w) = x.w
+            corr[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wq[r]));
+            wd[r] = _mm512_set1_ps(_cvtsh_ss(wb.d));
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) {
+            const __m512i xu = _mm512_loadu_si512(xp + (size_t(b) * NP + p) * 64);
+            const __m512 xdv = _mm512_loadu_ps(xd16 + (size_t(b) * NP + p) * 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr[r], xu, wq[r]));
+                acc[r * NP + p] = _mm512_fmadd_ps(_mm512_mul_ps(wd[r], xdv), isum, acc[r * NP + p]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; ++p) {
+            const __m512 a = acc[r * NP + p];
+            y[size_t(2 * p) * N + n0 + r] = hsum_canonical(_mm512_castps512_ps256(a));
+            if (2 * p + 1 < NC) {
+                const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+                y[size_t(2 * p + 1) * N + n0 + r] = hsum_canonical(hi);
+            }
+        }
+    }
+}
+
+template <int NC>
+void mmvq_zmm_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
+    constexpr int NP = (NC + 1) / 2;
+    constexpr int R = NC <= 4 ? 4 : 2;  // <= 16 accumulators + 3R weight registers of 32
+    const int nb = w.cols / QK8_0;
+    uint8_t* xp = kernel_scratch_bytes(size_t(nb) * NP * 64);
+    float* xd16 = kernel_scratch(size_t(nb) * NP * 16);
+    const __m256i bias = _mm256_set1_epi8(char(0x80));
+    for (int b = 0; b < nb; ++b) {
+        for (int c = 0; c < 2 * NP; ++c) {
+            const BlockQ8_0& xb = x[size_t(c < NC ? c : NC - 1) * nb + b];
+            const size_t slot = size_t(b) * NP + c / 2;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + slot * 64 + (c % 2) * 32),
+                                _mm256_xor_si256(q, bias));
+            _mm256_storeu_ps(xd16 + slot * 16 + (c % 2) * 8, _mm256_set1_ps(_cvtsh_ss(xb.d)));
+        }
+    }
+    int n = row_begin;
+    for (; n + R <= row_end; n += R) mmvq_rows_zmm<NC, R>(w.blocks, nb, xp, xd16, y, w.rows, n);
+    for (; n < row_end; ++n) mmvq_rows_zmm<NC, 1>(w.blocks, nb, xp, xd16, y, w.rows, n);
+}
+
+}  // namespace
+
+void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                     int row_begin, int row_end) {
+    const int nb = w.cols / QK8_0;
+    for (int c0 = 0; c0 < ncols; c0 += 8) {
+        const BlockQ8_0* xc = x + size_t(c0) * nb;
+        float* yc = y + size_t(c0) * w.rows;
+        switch (ncols - c0 < 8 ? ncols - c0 : 8) {
+            case 1: mmvq_nc<ISumVnni, 1>(w, xc, yc, row_begin, row_end); break;
+            case 2: mmvq_zmm_nc<2>(w, xc, yc, row_begin, row_end); break;
+            case 3: mmvq_zmm_nc<3>(w, xc, yc, row_begin, row_end); break;
+            case 4: mmvq_zmm_nc<4>(w, xc, yc, row_begin, row_end); break;
+            case 5: mmvq_zmm_nc<5>(w, xc, yc, row_begin, row_end); break;
+            case 6: mmvq_zmm_nc<6>(w, xc, yc, row_begin, row_end); break;
+            case 7: mmvq_zmm_nc<7>(w, xc, yc, row_begin, row_end); break;
+            default: mmvq_zmm_nc<8>(w, xc, yc, row_begin, row_end); break;
+        }
+    }
+}
+
+}  // namespace dq::simd
