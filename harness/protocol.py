@@ -23,7 +23,7 @@ from .errors import UsageError
 SCHEMA_VERSION = 1
 
 KINDS = ("bracket", "compare")
-TARGET_KINDS = ("embedded",)  # later: "command", "llamacpp", "openai"
+TARGET_KINDS = ("embedded", "command")  # later: "llamacpp", "openai"
 # metric -> direction (which way is better)
 METRICS = {"prefill_tok_s": "higher", "prefill_ms": "lower", "decode_tok_s": "higher",
            "total_ms": "lower"}
@@ -223,7 +223,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     measure = _measure(ck, ck.sub_table(doc, "measure", "measure"), kind)
     prompts = _prompts(ck, doc["prompts"], kind, base_dir)
     gate = _gate(ck, ck.sub_table(doc, "gate", "gate"), kind)
-    arms = _arms(ck, doc["arms"], kind, measure)
+    arms = _arms(ck, doc["arms"], kind, measure, target["kind"])
     schedule = _schedule(ck, doc.get("schedule"), arms)
     if measure["cache"] == "cold" and target["prefix_cache_slots"] > 0:
         ck.fail("target.prefix_cache_slots", '0 when measure.cache = "cold"',
@@ -240,8 +240,14 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
 
 
 def _target(ck: _Checker, t: dict) -> dict:
+    kind = ck.string(t.get("kind", "embedded"), "target.kind", choices=TARGET_KINDS)
+    if kind == "command":
+        # any program that speaks the worker protocol (protocols/worker-protocol.schema.json)
+        ck.table(t, "target", {"kind", "command", "prefix_cache_slots"}, {"command"})
+        return {"kind": kind, "command": _argv(ck, t["command"], "target.command"),
+                "model": None, "seed": None, "threads": None, "prefix_cache_slots": 0}
     ck.table(t, "target", {"kind", "model", "seed", "threads", "prefix_cache_slots"})
-    out = {"kind": ck.string(t.get("kind", "embedded"), "target.kind", choices=TARGET_KINDS),
+    out = {"kind": kind,
            "model": ck.string(t.get("model", "ds4-mini"), "target.model"),
            "seed": ck.integer(t.get("seed", 0), "target.seed", lo=0, hi=2**63 - 1),
            "threads": None, "prefix_cache_slots": 0}
@@ -251,6 +257,16 @@ def _target(ck: _Checker, t: dict) -> dict:
         out["prefix_cache_slots"] = ck.integer(t["prefix_cache_slots"],
                                                "target.prefix_cache_slots", lo=0, hi=1024)
     return out
+
+
+def _argv(ck: _Checker, value, path: str) -> list[str]:
+    """A command line as an array of strings (no shell), at least the program."""
+    if not isinstance(value, list) or not value:
+        ck.fail(path, "a non-empty array of strings (program and arguments)", value)
+    for i, part in enumerate(value):
+        if not isinstance(part, str) or not part or "\0" in part:
+            ck.fail(f"{path}[{i}]", "a non-empty string", part)
+    return list(value)
 
 
 def _measure(ck: _Checker, m: dict, kind: str) -> dict:
@@ -353,14 +369,16 @@ def _gate(ck: _Checker, g: dict, kind: str) -> dict:
 ENGINE_ARGS = ("bands", "chunk", "mmvq_max_ncols", "mode")
 
 
-def _arms(ck: _Checker, items, kind: str, measure: dict) -> list[dict]:
+def _arms(ck: _Checker, items, kind: str, measure: dict, target_kind: str) -> list[dict]:
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         ck.fail("arms", "a non-empty array of tables ([[arms]])", items)
     out, seen = [], set()
     for i, a in enumerate(items):
         path = f"arms[{i}]"
-        ck.table(a, path, {"id", "label", "role", "env", "engine", "warmups", "measured"},
-                 {"id", "role"})
+        allowed = {"id", "label", "role", "env", "engine", "warmups", "measured"}
+        if target_kind == "command":
+            allowed.add("command")   # per-arm program, e.g. two engine builds in A/B/A
+        ck.table(a, path, allowed, {"id", "role"})
         aid = ck.string(a["id"], f"{path}.id", pattern=_ID_RE)
         if aid in seen:
             ck.fail(f"{path}.id", "an id not used by another arm", aid)
@@ -377,6 +395,8 @@ def _arms(ck: _Checker, items, kind: str, measure: dict) -> list[dict]:
             "engine": _engine_args(ck, ck.sub_table(a, "engine", f"{path}.engine"),
                                    f"{path}.engine"),
         }
+        if "command" in a:
+            arm["command"] = _argv(ck, a["command"], f"{path}.command")
         out.append(arm)
     roles = [a["role"] for a in out]
     if roles.count("candidate") != 1 or roles.count("reference") < 1:

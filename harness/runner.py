@@ -187,7 +187,10 @@ class Runner:
         if remaining <= 0:
             raise RunFailed(f"arm {arm['id']}: arm timeout of "
                             f"{proto['timeouts']['arm_s']:g} s exceeded")
-        options = {k: v for k, v in arm["engine"].items() if k == "mode"}
+        if proto["target"]["kind"] == "embedded":  # other engine args are worker flags
+            options = {k: v for k, v in arm["engine"].items() if k == "mode"}
+        else:
+            options = dict(arm["engine"])
         request = Request(id=f"{arm['id']}-{seq}", prompt_id=prompt["id"],
                           max_tokens=proto["max_tokens"], text=prompt["text"],
                           timeout_s=min(proto["timeouts"]["request_s"], remaining),

@@ -183,3 +183,25 @@ def test_cli_subprocess_no_traceback(tmp_path):
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"error: {path}: kind: expected one of \"bracket\", \"compare\", found integer 3"]
+
+
+def test_command_target(tmp_path):
+    text = GOOD.replace('[measure]', '[target]\nkind = "command"\ncommand = ["my-engine", "--x"]'
+                        '\n\n[measure]')
+    r = protocol.load(str(write(tmp_path, text))).resolved
+    assert r["target"]["kind"] == "command" and r["target"]["command"] == ["my-engine", "--x"]
+    bad = text.replace('command = ["my-engine", "--x"]', 'command = "my-engine --x"')
+    path = write(tmp_path, bad, "bad.toml")
+    with pytest.raises(UsageError) as err:
+        protocol.load(str(path))
+    assert str(err.value) == (f"{path}: target.command: expected a non-empty array of strings "
+                              "(program and arguments), found string 'my-engine --x'")
+    model = text.replace('kind = "command"', 'kind = "command"\nmodel = "ds4-mini"')
+    with pytest.raises(UsageError, match=r"target.model: unknown key"):
+        protocol.load(str(write(tmp_path, model, "model.toml")))
+
+
+def test_arm_command_needs_a_command_target(tmp_path):
+    text = GOOD.replace('id = "B"', 'id = "B"\ncommand = ["x"]')
+    with pytest.raises(UsageError, match=r"arms\[2\].command: unknown key"):
+        protocol.load(str(write(tmp_path, text)))

@@ -159,3 +159,78 @@ def test_missing_program_is_a_named_failure():
     with pytest.raises(TargetError, match="worker did not start: /nonexistent/engine-binary"):
         t.prepare()
     t.teardown()
+
+
+ECHO_ENGINE = r'''
+import base64, json, os, sys
+print(json.dumps({"ready": True, "engine": {"name": "echo", "build": os.environ.get("BUILD")},
+                  "model": {"name": "echo"}, "config_hash": "echo-1"}), flush=True)
+ms = float(os.environ["PREFILL_MS"])
+for line in sys.stdin:
+    req = json.loads(line)
+    data = req["prompt"][:req["max_tokens"]].upper().encode()
+    print(json.dumps({"id": req["id"], "response_b64": base64.b64encode(data).decode(),
+                      "timings": {"prompt_tokens": len(req["prompt"]), "prefill_ms": ms,
+                                  "decode_ms": 1.0, "cache_hits": 0,
+                                  "generated_tokens": len(data),
+                                  "options": req["options"]}}), flush=True)
+'''
+
+COMMAND_PROTOCOL = """\
+schema_version = 1
+kind = "bracket"
+name = "echo-aba"
+
+[target]
+kind = "command"
+command = ["{python}", "{script}"]
+
+[measure]
+warmups = 1
+measured = 3
+
+[[prompts]]
+id = "p"
+text = "any engine that speaks the worker protocol"
+
+[gate]
+min_gain_pct = 10.0
+
+[[arms]]
+id = "A"
+role = "reference"
+env = {{ PREFILL_MS = "20" }}
+
+[[arms]]
+id = "cand"
+role = "candidate"
+env = {{ PREFILL_MS = "10", BUILD = "fast" }}
+command = ["{python}", "{script}", "--fast-build"]
+engine = {{ chunk = 4 }}
+
+[[arms]]
+id = "B"
+role = "reference"
+env = {{ PREFILL_MS = "20" }}
+"""
+
+
+def test_command_target_runs_any_program_speaking_the_protocol(tmp_path):
+    script = tmp_path / "echo_engine.py"
+    script.write_text(ECHO_ENGINE)
+    path = tmp_path / "echo.toml"
+    path.write_text(COMMAND_PROTOCOL.format(python=sys.executable, script=script))
+    exe = os.path.join(os.path.dirname(sys.executable), "dflash-qualify")
+    done = subprocess.run([exe, "run", str(path), "--out", str(tmp_path / "ev")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr   # 20 ms -> 10 ms, identical bytes
+    (d,) = [p for p in (tmp_path / "ev").iterdir()]
+    env = json.loads((d / "environment.json").read_text())
+    assert env["arms"]["cand"]["command"].endswith("echo_engine.py --fast-build")
+    assert env["arms"]["cand"]["engine_build"] == {"name": "echo", "build": "fast"}
+    samples = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+    assert (d / "responses" / f"{samples[0]['response_sha256']}.bin").read_bytes() == \
+        b"ANY ENGI"
+    verify = subprocess.run([exe, "verify", str(d)], capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

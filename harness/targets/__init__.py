@@ -16,9 +16,17 @@ def _embedded(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
                         start_timeout_s=protocol["timeouts"]["start_s"])
 
 
+def _command(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
+    """Any program speaking the worker protocol; an arm may name its own program."""
+    argv = arm.get("command") or protocol["target"]["command"]
+    return WorkerTarget(arm["id"], argv, arm["env"],
+                        start_timeout_s=protocol["timeouts"]["start_s"])
+
+
 # target kind (protocol [target].kind) -> factory(protocol, arm) -> a fresh Target
 TARGETS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Target]] = {
     "embedded": _embedded,
+    "command": _command,
 }
 
 
