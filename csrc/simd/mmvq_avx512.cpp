@@ -7,8 +7,9 @@
 // acc = fma(s, isum, acc), canonical horizontal sum per half. Halving the vector-op count
 // per column is what lets 4 columns cost barely more than 1 once W streams from DRAM.
 // ncols == 1 uses the 256-bit body (memory-bound; a zmm would carry a dead half).
+// Also holds the AVX-512 kernel table and its MMQ (mmq_impl.h driver over these rows).
 #include "kernel_table.h"
-#include "mmvq_impl.h"
+#include "mmq_impl.h"
 
 namespace dq::simd {
 
@@ -19,7 +20,7 @@ constexpr int kZmmPrefetchBytes = 512;
 // Prepared activations per block b and column pair p (c0 = 2p, c1 = 2p+1, or c0 again for
 // an odd tail whose high half is discarded): xp holds 64 bytes = (x+128) of c0 | of c1, and
 // xd16 holds 16 floats = fp32(xd of c0) x 8 | fp32(xd of c1) x 8.
-template <int NC, int R>
+template <int NC, int R, bool kCanonicalTree>
 inline void mmvq_rows_zmm(const BlockQ8_0* W, int nb, const uint8_t* xp, const float* xd16,
                           float* y, int N, int n0) {
     constexpr int NP = (NC + 1) / 2;
@@ -59,37 +60,74 @@ inline void mmvq_rows_zmm(const BlockQ8_0* W, int nb, const uint8_t* xp, const f
 #pragma GCC unroll 4
         for (int p = 0; p < NP; ++p) {
             const __m512 a = acc[r * NP + p];
-            y[size_t(2 * p) * N + n0 + r] = hsum_canonical(_mm512_castps512_ps256(a));
+            y[size_t(2 * p) * N + n0 + r] = hsum_tree<kCanonicalTree>(_mm512_castps512_ps256(a));
             if (2 * p + 1 < NC) {
                 const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-                y[size_t(2 * p + 1) * N + n0 + r] = hsum_canonical(hi);
+                y[size_t(2 * p + 1) * N + n0 + r] = hsum_tree<kCanonicalTree>(hi);
             }
         }
     }
 }
 
-template <int NC>
-void mmvq_zmm_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
-    constexpr int NP = (NC + 1) / 2;
-    constexpr int R = NC <= 4 ? 4 : 2;  // <= 16 accumulators + 3R weight registers of 32
-    const int nb = w.cols / QK8_0;
-    uint8_t* xp = kernel_scratch_bytes(size_t(nb) * NP * 64);
-    float* xd16 = kernel_scratch(size_t(nb) * NP * 16);
+// Column-pair layout for a group of nc <= 8 columns: xp gets nb * 4 * 64 bytes, xd16 gets
+// nb * 4 * 16 floats (4 = pairs in a full group).
+constexpr int kZmmPairs = 4;
+
+inline void prepare_zmm(const BlockQ8_0* x, int nc, int nb, uint8_t* xp, float* xd16) {
+    const int np = (nc + 1) / 2;
     const __m256i bias = _mm256_set1_epi8(char(0x80));
     for (int b = 0; b < nb; ++b) {
-        for (int c = 0; c < 2 * NP; ++c) {
-            const BlockQ8_0& xb = x[size_t(c < NC ? c : NC - 1) * nb + b];
-            const size_t slot = size_t(b) * NP + c / 2;
+        for (int c = 0; c < 2 * np; ++c) {
+            const BlockQ8_0& xb = x[size_t(c < nc ? c : nc - 1) * nb + b];
+            const size_t slot = size_t(b) * np + c / 2;
             const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + slot * 64 + (c % 2) * 32),
                                 _mm256_xor_si256(q, bias));
             _mm256_storeu_ps(xd16 + slot * 16 + (c % 2) * 8, _mm256_set1_ps(_cvtsh_ss(xb.d)));
         }
     }
-    int n = row_begin;
-    for (; n + R <= row_end; n += R) mmvq_rows_zmm<NC, R>(w.blocks, nb, xp, xd16, y, w.rows, n);
-    for (; n < row_end; ++n) mmvq_rows_zmm<NC, 1>(w.blocks, nb, xp, xd16, y, w.rows, n);
 }
+
+template <int NC, bool kCanonicalTree>
+void zmm_row_range(const QMatrixView& w, const uint8_t* xp, const float* xd16, float* y,
+                   int row_begin, int row_end) {
+    constexpr int R = NC <= 4 ? 4 : 2;  // <= 16 accumulators + 3R weight registers of 32
+    const int nb = w.cols / QK8_0;
+    int n = row_begin;
+    for (; n + R <= row_end; n += R)
+        mmvq_rows_zmm<NC, R, kCanonicalTree>(w.blocks, nb, xp, xd16, y, w.rows, n);
+    for (; n < row_end; ++n) mmvq_rows_zmm<NC, 1, kCanonicalTree>(w.blocks, nb, xp, xd16, y, w.rows, n);
+}
+
+template <bool kCanonicalTree>
+void zmm_row_range_any(int nc, const QMatrixView& w, const uint8_t* xp, const float* xd16,
+                       float* y, int row_begin, int row_end) {
+    switch (nc) {
+        case 1: return zmm_row_range<1, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 2: return zmm_row_range<2, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 3: return zmm_row_range<3, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 4: return zmm_row_range<4, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 5: return zmm_row_range<5, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 6: return zmm_row_range<6, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 7: return zmm_row_range<7, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        default: return zmm_row_range<8, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+    }
+}
+
+// MMQ backend (mmq_impl.h) over the zmm rows with the non-canonical tree.
+struct MmqBackendZmm {
+    static size_t floats_per_group(int nb) { return size_t(nb) * kZmmPairs * 16; }
+    static size_t bytes_per_group(int nb) { return size_t(nb) * kZmmPairs * 64; }
+    static const void* prepare(const BlockQ8_0* x, int nc, int nb, float* xd16, uint8_t* xp) {
+        prepare_zmm(x, nc, nb, xp, xd16);
+        return xp;
+    }
+    static void rows(int nc, const QMatrixView& w, const void* prepared, const float* xd16,
+                     float* y, int row_begin, int row_end) {
+        zmm_row_range_any<false>(nc, w, static_cast<const uint8_t*>(prepared), xd16, y, row_begin,
+                                 row_end);
+    }
+};
 
 }  // namespace
 
@@ -97,19 +135,26 @@ void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float*
                      int row_begin, int row_end) {
     const int nb = w.cols / QK8_0;
     for (int c0 = 0; c0 < ncols; c0 += 8) {
+        const int nc = ncols - c0 < 8 ? ncols - c0 : 8;
         const BlockQ8_0* xc = x + size_t(c0) * nb;
         float* yc = y + size_t(c0) * w.rows;
-        switch (ncols - c0 < 8 ? ncols - c0 : 8) {
-            case 1: mmvq_nc<ISumVnni, 1>(w, xc, yc, row_begin, row_end); break;
-            case 2: mmvq_zmm_nc<2>(w, xc, yc, row_begin, row_end); break;
-            case 3: mmvq_zmm_nc<3>(w, xc, yc, row_begin, row_end); break;
-            case 4: mmvq_zmm_nc<4>(w, xc, yc, row_begin, row_end); break;
-            case 5: mmvq_zmm_nc<5>(w, xc, yc, row_begin, row_end); break;
-            case 6: mmvq_zmm_nc<6>(w, xc, yc, row_begin, row_end); break;
-            case 7: mmvq_zmm_nc<7>(w, xc, yc, row_begin, row_end); break;
-            default: mmvq_zmm_nc<8>(w, xc, yc, row_begin, row_end); break;
+        if (nc == 1) {
+            mmvq_nc<ISumVnni, 1>(w, xc, yc, row_begin, row_end);
+            continue;
         }
+        uint8_t* xp = kernel_scratch_bytes(MmqBackendZmm::bytes_per_group(nb));
+        float* xd16 = kernel_scratch(MmqBackendZmm::floats_per_group(nb));
+        prepare_zmm(xc, nc, nb, xp, xd16);
+        zmm_row_range_any<true>(nc, w, xp, xd16, yc, row_begin, row_end);
     }
 }
+
+void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
+                    int row_begin, int row_end) {
+    mmq_tiled<MmqBackendZmm>(w, x, ncols, y, row_begin, row_end);
+}
+
+const KernelSet kAvx512VnniKernels = {"avx512vnni", mmvq_avx512vnni, mmq_avx512vnni, 4,
+                                      kMmqRowTile};
 
 }  // namespace dq::simd

@@ -19,7 +19,7 @@ namespace {
 // Software prefetch distance along each weight row (bytes ahead of the current block).
 constexpr int kMmvqPrefetchBytes = 512;
 
-template <class ISum, int NC, int R>
+template <class ISum, int NC, int R, bool kCanonicalTree = true>
 inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const float* xd, float* y,
                       int N, int n0) {
     // Fully unrolled (pragmas) so GCC keeps the accumulators in registers instead of
@@ -57,7 +57,7 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_canonical(acc[r * NC + c]);
+        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_tree<kCanonicalTree>(acc[r * NC + c]);
 }
 
 // Rows per step: enough independent accumulators to hide FMA latency, few enough to stay in
@@ -67,24 +67,54 @@ constexpr int mmvq_rows_per_step() {
     return NC <= 2 ? 4 : (NC <= 4 ? 2 : 1);
 }
 
-template <class ISum, int NC>
-void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
+// Prepares one group of NC <= 8 activation columns: fp32 scales into xd[b * 8 + c] and, for
+// policies that transform X, the transformed blocks into xt. Returns the blocks to read.
+template <class ISum>
+inline const BlockQ8_0* prepare_group(const BlockQ8_0* x, int nc, int nb, float* xd, BlockQ8_0* xt) {
+    load_activation_scales(x, nc, nb, 8, xd);
+    if (!ISum::kTransformsX) return x;
+    for (size_t i = 0; i < size_t(nc) * nb; ++i) {
+        xt[i].d = x[i].d;
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(xt[i].qs), ISum::transform_x(q));
+    }
+    return xt;
+}
+
+// Rows [row_begin, row_end) for one prepared group of NC columns.
+template <class ISum, int NC, bool kCanonicalTree>
+void mmvq_row_range(const QMatrixView& w, const BlockQ8_0* x, const float* xd, float* y,
+                    int row_begin, int row_end) {
     constexpr int R = mmvq_rows_per_step<NC>();
     const int nb = w.cols / QK8_0;
-    float* xd = kernel_scratch(size_t(nb) * 8);
-    load_activation_scales(x, NC, nb, 8, xd);
-    if (ISum::kTransformsX) {
-        BlockQ8_0* xt = kernel_scratch_blocks(size_t(NC) * nb);
-        for (size_t i = 0; i < size_t(NC) * nb; ++i) {
-            xt[i].d = x[i].d;
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xt[i].qs), ISum::transform_x(q));
-        }
-        x = xt;
-    }
     int n = row_begin;
-    for (; n + R <= row_end; n += R) mmvq_rows<ISum, NC, R>(w.blocks, nb, x, xd, y, w.rows, n);
-    for (; n < row_end; ++n) mmvq_rows<ISum, NC, 1>(w.blocks, nb, x, xd, y, w.rows, n);
+    for (; n + R <= row_end; n += R)
+        mmvq_rows<ISum, NC, R, kCanonicalTree>(w.blocks, nb, x, xd, y, w.rows, n);
+    for (; n < row_end; ++n) mmvq_rows<ISum, NC, 1, kCanonicalTree>(w.blocks, nb, x, xd, y, w.rows, n);
+}
+
+template <class ISum, bool kCanonicalTree>
+void mmvq_row_range_any(int nc, const QMatrixView& w, const BlockQ8_0* x, const float* xd,
+                        float* y, int row_begin, int row_end) {
+    switch (nc) {
+        case 1: return mmvq_row_range<ISum, 1, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 2: return mmvq_row_range<ISum, 2, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 3: return mmvq_row_range<ISum, 3, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 4: return mmvq_row_range<ISum, 4, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 5: return mmvq_row_range<ISum, 5, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 6: return mmvq_row_range<ISum, 6, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        case 7: return mmvq_row_range<ISum, 7, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+        default: return mmvq_row_range<ISum, 8, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
+    }
+}
+
+template <class ISum, int NC>
+void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
+    const int nb = w.cols / QK8_0;
+    float* xd = kernel_scratch(size_t(nb) * 8);
+    BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
+    const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
+    mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
 }
 
 // Any ncols: groups of up to 8 columns, each column still in the canonical order.

@@ -19,6 +19,21 @@ inline float hsum_canonical(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));  // u0 + u1
 }
 
+// The other tree, used by MMQ on purpose (non-canonical):
+// ((a0+a1) + (a2+a3)) + ((a4+a5) + (a6+a7)).
+inline float hsum_adjacent(__m256 a) {
+    const __m128 lo = _mm256_castps256_ps128(a);
+    const __m128 hi = _mm256_extractf128_ps(a, 1);
+    const __m128 p = _mm_hadd_ps(lo, hi);           // [a0+a1, a2+a3, a4+a5, a6+a7]
+    const __m128 q = _mm_hadd_ps(p, p);             // [(a0+a1)+(a2+a3), (a4+a5)+(a6+a7), ...]
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+template <bool kCanonical>
+inline float hsum_tree(__m256 a) {
+    return kCanonical ? hsum_canonical(a) : hsum_adjacent(a);
+}
+
 // AVX2 dot policy. Exact int32 lane sums of one block: lane j = sum_{i<4} w[4j+i] * x[4j+i].
 // |w| (unsigned) * sign(x, w) (signed) = w * x per element; the int16 pair sums stay within
 // 2*127*127 in magnitude, so maddubs never saturates for quants in [-127, 127]
