@@ -111,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nMMQ vs MMVQ, W = {mid_rows} x {k} ({mid_rows * k // 32 * BLOCK_BYTES / GIB:.2f} GiB)")
     print(f"{'ncols':>5} {'MMQ ms':>9} {'MMVQ ms':>9} {'MMQ/MMVQ':>9}")
     mmq = []
-    crossover = None
     for nc in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64):
         rq = _run(mid_rows, k, nc, "mmq", t, reps)
         # MMVQ handles at most 8 columns per call: wider batches take ceil(nc/8) calls.
@@ -121,12 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         rq["mmvq_ns"] = ns_v
         rq["mmq_over_mmvq_time"] = rq["best_ns"] / ns_v
         mmq.append(rq)
-        if crossover is None and rq["best_ns"] < ns_v:
-            crossover = nc
         print(f"{nc:>5} {rq['best_ns'] / 1e6:>9.2f} {ns_v / 1e6:>9.2f} {rq['mmq_over_mmvq_time']:>9.2f}")
     out["mmq"] = mmq
+    # Crossover: the smallest measured ncols from which MMQ is faster at every wider width.
+    crossover = None
+    for r in reversed(mmq):
+        if r["best_ns"] >= r["mmvq_ns"]:
+            break
+        crossover = r["ncols"]
     out["crossover_ncols"] = crossover
-    print(f"MMQ first faster than MMVQ at ncols = {crossover}")
+    print(f"MMQ faster than MMVQ from ncols = {crossover} on (MMVQ > 8 columns = several calls)")
 
     print("\nthread scaling (MMVQ ncols 1 and 4, MMQ ncols 32, mid matrix)")
     scaling = []

@@ -4,7 +4,9 @@
 // matrices. The caller publishes the job, bumps `generation_`, and runs slice 0 itself;
 // workers that are still spinning pick the job up without a syscall, and the condvar is only
 // touched when some worker has gone to sleep. Slices are static (worker t always gets the
-// t-th slice), so which thread computes which rows is deterministic.
+// t-th slice), so which thread computes which rows is deterministic. One caller at a time:
+// parallel_for is not meant to be entered concurrently from two outside threads; calls from
+// inside a slice run inline on the calling worker.
 #include "threadpool.h"
 
 #include <atomic>
@@ -29,6 +31,15 @@ namespace {
 constexpr int kSpinIters = 20000;
 // The caller waits for stragglers by spinning this long, then yields.
 constexpr int kWaitSpinIters = 2000;
+// Set while this thread runs a slice: a nested parallel_for (a kernel called from inside a
+// parallel region) runs inline instead of deadlocking on the busy pool.
+thread_local bool t_in_parallel = false;
+
+struct InParallelScope {
+    bool prev;
+    InParallelScope() : prev(t_in_parallel) { t_in_parallel = true; }
+    ~InParallelScope() { t_in_parallel = prev; }
+};
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -48,6 +59,7 @@ struct ThreadPool::Impl {
     int grain = 1;
 
     void run_slice(int t) const {
+        InParallelScope scope;
         const int chunks = (n + grain - 1) / grain;
         const int c0 = int(int64_t(chunks) * t / n_threads);
         const int c1 = int(int64_t(chunks) * (t + 1) / n_threads);
@@ -114,7 +126,7 @@ void ThreadPool::parallel_for(int n, int grain, const std::function<void(int, in
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     Impl& im = *impl_;
-    if (im.n_threads == 1 || n <= grain) {
+    if (im.n_threads == 1 || n <= grain || t_in_parallel) {
         fn(0, n);
         return;
     }
