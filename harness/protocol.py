@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -80,12 +81,12 @@ class _Checker:
     def table(self, doc: dict, path: str, allowed: set[str], required: set[str] = frozenset()):
         for key in doc:
             if key not in allowed:
-                where = f"{path}.{key}" if path else key
+                where = _join(path, key)
                 hint = ", ".join(sorted(allowed))
                 raise UsageError(f"unknown key (allowed here: {hint})", file=self.file, field=where)
         for key in sorted(required):
             if key not in doc:
-                where = f"{path}.{key}" if path else key
+                where = _join(path, key)
                 raise UsageError("missing required key", file=self.file, field=where)
 
     def sub_table(self, doc: dict, key: str, path: str) -> dict:
@@ -128,6 +129,16 @@ class _Checker:
         if not isinstance(value, bool):
             self.fail(path, "a boolean (true or false)", value)
         return value
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _join(path: str, key: object) -> str:
+    """A key path as TOML writes it: bare keys plain, anything else quoted (one line)."""
+    text = str(key)
+    part = text if _BARE_KEY.match(text) else json.dumps(text)
+    return f"{path}.{part}" if path else part
 
 
 def _one_of(choices) -> str:
@@ -414,7 +425,7 @@ def _env(ck: _Checker, env: dict, path: str) -> dict[str, str | None]:
     """Arm env: string or integer values set the variable; false or "" unsets it (None)."""
     out: dict[str, str | None] = {}
     for key, value in env.items():
-        where = f"{path}.{key}"
+        where = _join(path, key)
         if not _ENV_NAME_RE.match(key):
             ck.fail(where, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
         if value is False or value == "":

@@ -205,3 +205,61 @@ def test_arm_command_needs_a_command_target(tmp_path):
     text = GOOD.replace('id = "B"', 'id = "B"\ncommand = ["x"]')
     with pytest.raises(UsageError, match=r"arms\[2\].command: unknown key"):
         protocol.load(str(write(tmp_path, text)))
+
+
+# ---------------------------------------------------------------------- fuzzing (bounded)
+import copy  # noqa: E402
+import tomllib  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                    st.floats(allow_nan=True), st.text(max_size=20))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6)
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, prefix + (i,))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzzed_protocol_documents_never_crash(tmp_path_factory, data):
+    doc = tomllib.loads(GOOD)
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in _paths(doc) if p]
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        action = data.draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action == "add" and isinstance(parent, dict):
+            parent[data.draw(st.text(min_size=1, max_size=8))] = data.draw(VALUES)
+        else:
+            parent[path[-1]] = copy.deepcopy(data.draw(VALUES))
+    try:
+        protocol.resolve(doc, file="fuzz.toml", base_dir=tmp_path_factory.getbasetemp())
+    except UsageError as exc:
+        assert str(exc).startswith("fuzz.toml") and "\n" not in str(exc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200))
+def test_fuzzed_protocol_text_never_crashes(tmp_path_factory, text):
+    path = tmp_path_factory.getbasetemp() / "fuzz-text.toml"
+    path.write_text(GOOD[: len(GOOD) // 2] + text, encoding="utf-8")
+    try:
+        protocol.load(str(path))
+    except UsageError as exc:
+        assert "\n" not in str(exc)
