@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -112,13 +113,18 @@ def _read(path: str) -> str | None:
 
 def cpu_info() -> dict[str, Any]:
     """CPU model, flags, logical CPU count, frequency governor and load average."""
-    model, flags = None, []
+    model, flags, mhz = None, [], None
     text = _read("/proc/cpuinfo") or ""
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if model is None and key in ("model name", "Hardware", "cpu model"):
             model = value.strip()
+        if mhz is None and key == "cpu MHz":
+            try:
+                mhz = float(value)
+            except ValueError:
+                pass
         if not flags and key in ("flags", "Features"):
             flags = sorted(value.split())
     if model is None:
@@ -133,8 +139,26 @@ def cpu_info() -> dict[str, Any]:
     except (AttributeError, OSError):
         affinity = None
     return {"model": model, "flags": " ".join(flags), "logical_cpus": os.cpu_count(),
-            "usable_cpus": affinity, "governor": governor.strip() if governor else None,
-            "load": load}
+            "usable_cpus": affinity, "mhz": mhz,
+            "governor": governor.strip() if governor else None, "load": load}
+
+
+def gpu_info() -> list[dict[str, str]] | None:
+    """GPUs and their current clocks from nvidia-smi, or None where there is none."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    fields = ("name", "driver_version", "clocks.sm", "clocks.mem", "temperature.gpu")
+    try:
+        done = subprocess.run([exe, f"--query-gpu={','.join(fields)}",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return [dict(zip(fields, (c.strip() for c in line.split(","))))
+            for line in done.stdout.splitlines() if line.strip()]
 
 
 def memory_info() -> dict[str, Any]:
@@ -186,7 +210,7 @@ def capture(protocol: dict[str, Any], *, invocation: str) -> dict[str, Any]:
         "tool_version": package_versions().get("dflash-qualify"),
         "started_utc": _utc_now(), "finished_utc": None,
         "host": socket.gethostname(),
-        "cpu": cpu_info(), "memory": memory_info(),
+        "cpu": cpu_info(), "gpu": gpu_info(), "memory": memory_info(),
         "os": {"system": platform.system(), "release": platform.release(),
                "version": platform.version(), "machine": platform.machine(),
                "platform": platform.platform()},
