@@ -174,6 +174,9 @@ def serve(engine: Any, lines: Any, out: TextIO) -> int:
             record = _error(rid, type(exc).__name__, str(exc))
         except MemoryError:
             record = _error(rid, "MemoryError", "out of memory")
+        except Exception as exc:  # an engine bug: report it for this request, keep serving
+            _log(f"request {rid!r} raised {type(exc).__name__}: {exc}")
+            record = _error(rid, type(exc).__name__, str(exc) or "(no message)")
         _send(out, record)
         served += 1
     return served

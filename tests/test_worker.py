@@ -234,3 +234,19 @@ def test_command_target_runs_any_program_speaking_the_protocol(tmp_path):
     verify = subprocess.run([exe, "verify", str(d)], capture_output=True, text=True,
                             timeout=120)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_worker_serve_reports_unexpected_engine_exceptions():
+    import io
+
+    from dflash_qualify.engine import worker
+
+    class Broken:
+        def generate(self, prompt, **kw):
+            raise RuntimeError("kernel exploded")
+
+    out = io.StringIO()
+    n = worker.serve(Broken(), [json.dumps({"id": "x", "prompt": "hi"}) + "\n"], out)
+    assert n == 1
+    assert json.loads(out.getvalue()) == {"id": "x", "error": {"type": "RuntimeError",
+                                                               "message": "kernel exploded"}}
