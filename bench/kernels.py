@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small matrices (smoke run)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--path", default="auto", help="SIMD path: auto, avx2, avx512vnni, scalar")
+    ap.add_argument("--sections", default="mmvq,mmq,threads", help="comma list of mmvq, mmq, threads")
     args = ap.parse_args(argv)
 
     _check_paths()
@@ -92,6 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simd path {K.simd_path()}, threads {t}")
     print(f"read-bandwidth probe: {probe:.2f} GB/s ({probe_bytes / GIB:.2f} GiB buffer)")
 
+    sections = set(args.sections.split(","))
+    if "mmvq" in sections:
+        _bench_mmvq(out, big_rows, k, t, reps, probe)
+    mid_rows = big_rows // 4
+    if "mmq" in sections:
+        _bench_mmq(out, mid_rows, k, t, reps)
+    if "threads" in sections:
+        _bench_threads(out, mid_rows, k, reps)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench_mmvq(out: dict, big_rows: int, k: int, t: int, reps: int, probe: float) -> None:
     print(f"\nMMVQ, W = {big_rows} x {k} ({big_rows * k // 32 * BLOCK_BYTES / GIB:.2f} GiB Q8_0)")
     print(f"{'ncols':>5} {'ms':>9} {'GB/s W':>8} {'% probe':>8} {'cols*GB/s':>10} {'GOP/s':>8}")
     mmvq = []
@@ -106,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     out["mmvq_ncols4_over_ncols1"] = ratio4
     print(f"ncols4 / ncols1 weight-columns per second: {ratio4:.2f}x")
 
-    # MMQ vs MMVQ on a mid-size matrix (still above the LLC for the large case).
-    mid_rows = big_rows // 4
+
+
+def _bench_mmq(out: dict, mid_rows: int, k: int, t: int, reps: int) -> None:
+    # MMQ vs MMVQ on a quarter-size matrix.
     print(f"\nMMQ vs MMVQ, W = {mid_rows} x {k} ({mid_rows * k // 32 * BLOCK_BYTES / GIB:.2f} GiB)")
     print(f"{'ncols':>5} {'MMQ ms':>9} {'MMVQ ms':>9} {'MMQ/MMVQ':>9}")
     mmq = []
@@ -131,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     out["crossover_ncols"] = crossover
     print(f"MMQ faster than MMVQ from ncols = {crossover} on (MMVQ > 8 columns = several calls)")
 
+
+
+def _bench_threads(out: dict, mid_rows: int, k: int, reps: int) -> None:
     print("\nthread scaling (MMVQ ncols 1 and 4, MMQ ncols 32, mid matrix)")
     scaling = []
     for kernel, nc in (("mmvq", 1), ("mmvq", 4), ("mmq", 32)):
@@ -144,12 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     small = [_run(512, 1024, 1, "mmvq", tt, 50) for tt in (1, 2)]
     out["small_512x1024"] = small
     print(f"small 512x1024 mat-vec: 1 thread {small[0]['best_ns'] / 1e3:.1f} us, 2 threads {small[1]['best_ns'] / 1e3:.1f} us")
-
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"\nwrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":
