@@ -222,6 +222,7 @@ def capture(protocol: dict[str, Any], *, invocation: str) -> dict[str, Any]:
         "git": {"cwd": git_info(Path.cwd()), "tool": git_info(tool_dir)},
         "env": relevant_env(),
         "target": dict(protocol.get("target", {})),
+        "warnings": list(protocol.get("warnings", [])),
         "arms": {},
     }
 
@@ -245,6 +246,8 @@ def finish(record: dict[str, Any], protocol: dict[str, Any],
             "binaries": info.get("binaries"),
             "start_s": info.get("start_s"),
         }
+        if info.get("url"):  # HTTP targets: the server's base URL for this arm
+            arms[arm["id"]]["url"] = info["url"]
         if info.get("engine_build") is not None:
             builds.append(info["engine_build"])
     out["arms"] = arms

@@ -12,10 +12,12 @@ import hashlib
 import importlib.resources
 import json
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import UsageError
 
@@ -24,7 +26,19 @@ from .errors import UsageError
 SCHEMA_VERSION = 1
 
 KINDS = ("bracket", "compare")
-TARGET_KINDS = ("embedded", "command")  # later: "llamacpp", "openai"
+TARGET_KINDS = ("embedded", "command", "llamacpp", "openai")
+HTTP_KINDS = ("llamacpp", "openai")     # HTTP servers: started per arm (command) or attached (url)
+# what an HTTP target's prefill_ms / decode_ms mean (protocol.json target.timing, the report)
+HTTP_TIMING = {
+    "llamacpp": "server-reported: prefill_ms = timings.prompt_ms, decode_ms = timings.predicted_ms "
+                "(llama.cpp /completion)",
+    "openai": "client-side TTFT: prefill_ms = time from sending the request to the first streamed "
+              "token, measured by the harness (includes HTTP and queueing); decode_ms = the rest "
+              "of the stream",
+}
+# request fields an HTTP target sets itself (extra_body may not override them)
+HTTP_RESERVED = {"llamacpp": ("prompt", "n_predict", "stream", "cache_prompt", "return_tokens"),
+                 "openai": ("prompt", "max_tokens", "stream", "stream_options", "model")}
 # metric -> direction (which way is better)
 METRICS = {"prefill_tok_s": "higher", "prefill_ms": "lower", "decode_tok_s": "higher",
            "total_ms": "lower"}
@@ -236,6 +250,8 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     gate = _gate(ck, ck.sub_table(doc, "gate", "gate"), kind)
     arms = _arms(ck, doc["arms"], kind, measure, target["kind"])
     schedule = _schedule(ck, doc.get("schedule"), arms)
+    warnings = _http_checks(ck, doc, target, arms, measure)
+    _expand_commands(target, arms, base_dir)
     if measure["cache"] == "cold" and target["prefix_cache_slots"] > 0:
         ck.fail("target.prefix_cache_slots", '0 when measure.cache = "cold"',
                 target["prefix_cache_slots"])
@@ -246,12 +262,14 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "target": target, "max_tokens": measure["max_tokens"], "cache": measure["cache"],
         "timeouts": measure["timeouts"], "prompts": prompts,
         "groups": [p["id"] for p in prompts] if kind == "compare" else [],
-        "arms": arms, "schedule": schedule, "gate": gate,
+        "arms": arms, "schedule": schedule, "gate": gate, "warnings": warnings,
     }
 
 
 def _target(ck: _Checker, t: dict) -> dict:
     kind = ck.string(t.get("kind", "embedded"), "target.kind", choices=TARGET_KINDS)
+    if kind in HTTP_KINDS:
+        return _http_target(ck, t, kind)
     if kind == "command":
         # any program that speaks the worker protocol (protocols/worker-protocol.schema.json)
         ck.table(t, "target", {"kind", "command", "prefix_cache_slots"}, {"command"})
@@ -268,6 +286,121 @@ def _target(ck: _Checker, t: dict) -> dict:
         out["prefix_cache_slots"] = ck.integer(t["prefix_cache_slots"],
                                                "target.prefix_cache_slots", lo=0, hi=1024)
     return out
+
+
+def _http_target(ck: _Checker, t: dict, kind: str) -> dict:
+    """llamacpp / openai: a server command template started per arm, or a running server's url."""
+    ck.table(t, "target", {"kind", "command", "url", "health_path", "start_timeout_s", "model",
+                           "extra_body"})
+    given = [k for k in ("command", "url") if k in t]
+    if len(given) != 1:
+        ck.fail("target", "exactly one of command (a server started per arm) or url (attach to "
+                "a running server)", found=" and ".join(given) if given else "neither")
+    out: dict[str, Any] = {
+        "kind": kind, "command": None, "url": None,
+        "health_path": ck.string(t.get("health_path", "/health"), "target.health_path"),
+        "model": ck.string(t["model"], "target.model") if "model" in t else None,
+        "extra_body": _extra_body(ck, ck.sub_table(t, "extra_body", "target.extra_body"),
+                                  "target.extra_body", kind),
+        "seed": None, "threads": None, "prefix_cache_slots": 0,
+        "timing": HTTP_TIMING[kind],
+        "response_bytes": "dflash.content_b64 when the server sends it (exact bytes), else the "
+                          "text as UTF-8; each sample's response_source says which",
+    }
+    if not out["health_path"].startswith("/") or any(c.isspace() for c in out["health_path"]):
+        ck.fail("target.health_path", "a path starting with '/'", out["health_path"])
+    if "command" in t:
+        out["command"] = _server_argv(ck, t["command"], "target.command")
+    else:
+        out["url"] = _url(ck, t["url"], "target.url")
+    if "start_timeout_s" in t:
+        out["start_timeout_s"] = ck.number(t["start_timeout_s"], "target.start_timeout_s",
+                                           lo=0, lo_open=True)
+    return out
+
+
+def _server_argv(ck: _Checker, value, path: str) -> list[str]:
+    """A server command template: argv with {port} (and optionally {host}) to fill in per arm."""
+    argv = _argv(ck, value, path)
+    if not any("{port}" in part for part in argv):
+        ck.fail(path, "a command line containing {port} (the harness picks a free loopback port)",
+                found=" ".join(argv)[:60])
+    return argv
+
+
+def _url(ck: _Checker, value, path: str) -> str:
+    text = ck.string(value, path)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or \
+            parts.fragment or any(c.isspace() for c in text):
+        ck.fail(path, "an http:// or https:// base URL without query or fragment", text)
+    return text.rstrip("/")
+
+
+def _extra_body(ck: _Checker, table: dict, path: str, kind: str) -> dict:
+    """Extra JSON fields sent with every request (e.g. sampling settings); plain JSON values only."""
+    def check(value, where):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                check(v, _join(where, k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                check(v, f"{where}[{i}]")
+        elif not isinstance(value, (str, int, float, bool)) or value != value:
+            ck.fail(where, "a JSON value (string, number, boolean, array or table)", value)
+
+    for key in table:
+        if key in HTTP_RESERVED[kind]:
+            ck.fail(_join(path, key), "a field the harness does not set itself (it sets "
+                    + ", ".join(HTTP_RESERVED[kind]) + ")", found=f"key {key!r}")
+    check(table, path)
+    return dict(table)
+
+
+def _http_checks(ck: _Checker, doc: dict, target: dict, arms: list[dict], measure: dict
+                 ) -> list[str]:
+    """Cross-key rules of HTTP targets; returns the warnings the evidence must carry."""
+    warnings: list[str] = []
+    if target["kind"] not in HTTP_KINDS:
+        return warnings
+    if "start_timeout_s" in target:
+        if "start_timeout_s" in doc.get("measure", {}):
+            ck.fail("target.start_timeout_s", "start_timeout_s in [target] or [measure], not both",
+                    target["start_timeout_s"])
+        measure["timeouts"]["start_s"] = target.pop("start_timeout_s")
+    attach = target["url"] is not None
+    for i, arm in enumerate(arms):
+        if attach and "command" in arm:
+            ck.fail(f"arms[{i}].command", "no command: the target attaches to a running server "
+                    "(target.url); give the arm a url, or give the target a command template",
+                    found="a command")
+        if not attach and "url" in arm:
+            ck.fail(f"arms[{i}].url", "no url: the target starts a server per arm "
+                    "(target.command)", arm["url"])
+        if attach and arm["env"]:
+            ck.fail(f"arms[{i}].env", "no env: an attached server (url) was started outside the "
+                    "harness, so an arm's environment cannot reach it",
+                    found=", ".join(sorted(arm["env"])))
+    if attach:
+        urls = sorted({arm.get("url", target["url"]) for arm in arms})
+        warnings.append(f"attached to running server(s) at {', '.join(urls)}: the harness did "
+                        "not start them per arm, so cache-cold requests and per-arm environment "
+                        "isolation are not guaranteed")
+    return warnings
+
+
+def _expand_commands(target: dict, arms: list[dict], base_dir: Path) -> None:
+    """Fill {python} (this interpreter) and {protocol_dir} (the protocol file's directory) in
+    command lines; {port} and {host} stay for the target to fill per arm."""
+    def expand(argv: list[str]) -> list[str]:
+        return [part.replace("{python}", sys.executable)
+                .replace("{protocol_dir}", str(base_dir.resolve())) for part in argv]
+
+    if target.get("command"):
+        target["command"] = expand(target["command"])
+    for arm in arms:
+        if "command" in arm:
+            arm["command"] = expand(arm["command"])
 
 
 def _argv(ck: _Checker, value, path: str) -> list[str]:
@@ -389,6 +522,8 @@ def _arms(ck: _Checker, items, kind: str, measure: dict, target_kind: str) -> li
         allowed = {"id", "label", "role", "env", "engine", "warmups", "measured"}
         if target_kind == "command":
             allowed.add("command")   # per-arm program, e.g. two engine builds in A/B/A
+        if target_kind in HTTP_KINDS:
+            allowed |= {"command", "url"}   # per-arm server command template or server url
         ck.table(a, path, allowed, {"id", "role"})
         aid = ck.string(a["id"], f"{path}.id", pattern=_ID_RE)
         if aid in seen:
@@ -407,7 +542,10 @@ def _arms(ck: _Checker, items, kind: str, measure: dict, target_kind: str) -> li
                                    f"{path}.engine"),
         }
         if "command" in a:
-            arm["command"] = _argv(ck, a["command"], f"{path}.command")
+            arm["command"] = (_server_argv if target_kind in HTTP_KINDS else _argv)(
+                ck, a["command"], f"{path}.command")
+        if "url" in a:
+            arm["url"] = _url(ck, a["url"], f"{path}.url")
         out.append(arm)
     roles = [a["role"] for a in out]
     if roles.count("candidate") != 1 or roles.count("reference") < 1:

@@ -210,12 +210,14 @@ class Runner:
             "generated_tokens": response.generated_tokens,
             "prefill_ms": response.prefill_ms, "decode_ms": response.decode_ms,
             "cache_hits": response.cache_hits, "band_widths": response.band_widths,
+            "timing_source": response.timing_source,
+            "response_source": response.response_source,
             "weight_bytes": response.weight_bytes, "wall_ms": round(wall_ms, 6),
             "worker_ms": _number_or_none(response.timings.get("worker_ms")),
             "t_start_utc": t_start, "ok": True, "error": None,
         }
         failure = None
-        if proto["cache"] == "cold" and response.cache_hits > 0:
+        if proto["cache"] == "cold" and (response.cache_hits or 0) > 0:
             failure = (f"arm {arm['id']}: request {request.id} hit the engine cache "
                        f"({response.cache_hits} hits) but the protocol requires cache-cold "
                        f"requests (measure.cache = \"cold\")")

@@ -193,6 +193,20 @@ def _environment_lines(env: dict) -> list[str]:
     return [f"Environment: {'; '.join(items)}." if items else "Environment: not recorded."]
 
 
+def _caveat_lines(protocol: dict, environment: dict) -> list[str]:
+    """What the timings mean for HTTP targets, and the run's warnings (protocol and environment)."""
+    lines = []
+    target = protocol.get("target") if isinstance(protocol.get("target"), dict) else {}
+    if target.get("timing"):
+        lines += [f"Timings: {target['timing']}.", ""]
+    seen: list[str] = []
+    for source in (protocol, environment if isinstance(environment, dict) else {}):
+        for warning in source.get("warnings") or []:
+            if isinstance(warning, str) and warning not in seen:
+                seen.append(warning)
+    return lines + [line for w in seen for line in (f"**Warning:** {w}.", "")]
+
+
 def render_markdown(protocol: dict, environment: dict, stats: dict, samples: list,
                     manifest_sha: str | None, *, in_evidence: bool = True) -> str:
     """The PR-style markdown report.
@@ -208,6 +222,7 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
     better = "higher" if stats["direction"] == "higher" else "lower"
     unit = f", {stats['unit']}" if stats["unit"] else ""
     lines += [f"Metric: `{stats['metric']}` ({better} is better{unit}).", ""]
+    lines += _caveat_lines(protocol, environment)
     for comp in stats["comparisons"]:
         arms = [a for a in stats["arms"] if a["group"] == comp["group"]]
         if comp["group"] is not None:

@@ -37,11 +37,13 @@ class Response:
     generated_tokens: int
     prefill_ms: float
     decode_ms: float
-    cache_hits: int
+    cache_hits: int | None           # None: the target does not report cache use
     tokens: list[int] | None = None
     band_widths: dict[str, int] | None = None
     weight_bytes: int | None = None
     timings: dict[str, Any] = field(default_factory=dict)  # everything the target reported
+    timing_source: str = "engine"    # "engine" | "server" (llama.cpp timings) | "client-side TTFT"
+    response_source: str = "response_b64"  # which field the bytes came from (samples say so)
 
 
 class Target(abc.ABC):
