@@ -95,8 +95,10 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     loaded = protocol_mod.load(protocol, warmups=warmups, measured=measured)
     err = Console(stderr=True, soft_wrap=True)
     invocation = _invocation(protocol, out, warmups, measured)
+    target = loaded.resolved["target"]
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
-              f"{loaded.resolved['target']['model']}): evidence under {out}", highlight=False)
+              f"{target['model'] or target['kind'] + ' target'}): evidence under {out}",
+              highlight=False)
     with ProgressView(err) as view:
         outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)
     text = reports.render(load_evidence(outcome.path), "md")

@@ -23,10 +23,30 @@ def _command(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
                         start_timeout_s=protocol["timeouts"]["start_s"])
 
 
+def _http(kind: str) -> Callable[[dict[str, Any], dict[str, Any]], Target]:
+    """llamacpp / openai: a server started per arm from a command template, or an attached url."""
+    def make(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
+        if kind == "llamacpp":  # imported on use: the embedded path never loads aiohttp
+            from .llamacpp import LlamaCppTarget as cls
+        else:
+            from .openai import OpenAITarget as cls
+        t = protocol["target"]
+        command = arm.get("command") or t["command"]
+        return cls(arm["id"], command=command,
+                   url=None if command else (arm.get("url") or t["url"]),
+                   env=arm["env"], health_path=t["health_path"],
+                   start_timeout_s=protocol["timeouts"]["start_s"],
+                   extra_body=t["extra_body"], model=t["model"],
+                   cache_cold=protocol["cache"] == "cold")
+    return make
+
+
 # target kind (protocol [target].kind) -> factory(protocol, arm) -> a fresh Target
 TARGETS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Target]] = {
     "embedded": _embedded,
     "command": _command,
+    "llamacpp": _http("llamacpp"),
+    "openai": _http("openai"),
 }
 
 

@@ -1,0 +1,91 @@
+"""The `llamacpp` target: llama.cpp's POST /completion, timed by the server-reported `timings`.
+
+Field names are llama.cpp's own (tools/server/README.md, "POST /completion"; the timings
+object is result_timings::to_json in tools/server/server-task.cpp): request `prompt`,
+`n_predict`, `cache_prompt`, `return_tokens`, `stream`; response `content`, `tokens`,
+`tokens_cached`, and `timings.{prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n}`.
+prefill_ms = prompt_ms, decode_ms = predicted_ms, prompt_tokens = prompt_n (tokens
+evaluated), cache hits = cache_n (else tokens_cached). Response bytes are the non-standard
+`dflash.content_b64` when the server sends it (`dflash-qualify serve` does: exact bytes, even
+when not valid UTF-8), else `content` encoded as UTF-8; each sample's response_source says which.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from .base import Request, Response
+from .http_base import HttpFailure, HttpTarget
+
+COMPLETION_PATH = "/completion"
+REQUIRED_TIMINGS = {"prompt_n": int, "prompt_ms": (int, float), "predicted_n": int,
+                    "predicted_ms": (int, float)}
+
+
+def completion_body(request: Request, cache_cold: bool) -> dict[str, Any]:
+    """The fields this target owns in a /completion request."""
+    fields: dict[str, Any] = {
+        "prompt": request.tokens if request.tokens is not None else request.text,
+        "n_predict": request.max_tokens, "stream": False, "return_tokens": True}
+    if cache_cold:
+        fields["cache_prompt"] = False   # llama.cpp's default is true (reuse the KV cache)
+    return fields
+
+
+def _number(value: Any, kind: type | tuple) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool) and value >= 0
+
+
+def parse_completion(data: dict[str, Any], fail: Any) -> Response:
+    """A /completion response object -> Response; ``fail(code, text)`` builds the named failure."""
+    timings = data.get("timings")
+    if not isinstance(timings, dict):
+        raise fail("missing_timings", "missing timings: the /completion response has no "
+                   "timings object (llama.cpp reports prompt_n, prompt_ms, predicted_n, "
+                   "predicted_ms)")
+    for key, kind in REQUIRED_TIMINGS.items():
+        if not _number(timings.get(key), kind):
+            raise fail("missing_timings", f"missing timings: timings.{key} is missing or not a "
+                       f"number >= 0 ({timings.get(key)!r})")
+    content = data.get("content")
+    if not isinstance(content, str):
+        raise fail("malformed_response", "malformed response: content is missing or not a string")
+    source, raw = "content", content.encode("utf-8")
+    dflash = data.get("dflash")
+    if isinstance(dflash, dict) and "content_b64" in dflash:
+        try:
+            raw = base64.b64decode(dflash["content_b64"], validate=True)
+        except (TypeError, ValueError, binascii.Error):
+            raise fail("malformed_response", "malformed response: dflash.content_b64 is not "
+                       "base64") from None
+        if raw.decode("utf-8", "replace") != content:
+            raise fail("malformed_response", "malformed response: dflash.content_b64 does not "
+                       "decode to content")
+        source = "dflash.content_b64"
+    cache = timings.get("cache_n", data.get("tokens_cached"))
+    tokens = data.get("tokens")
+    if not (isinstance(tokens, list) and tokens and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in tokens)):
+        tokens = None   # llama.cpp leaves tokens empty unless return_tokens is honoured
+    return Response(data=raw, prompt_tokens=int(timings["prompt_n"]),
+                    generated_tokens=int(timings["predicted_n"]),
+                    prefill_ms=float(timings["prompt_ms"]),
+                    decode_ms=float(timings["predicted_ms"]),
+                    cache_hits=cache if _number(cache, int) else None, tokens=tokens,
+                    timings=dict(timings), timing_source="server", response_source=source)
+
+
+class LlamaCppTarget(HttpTarget):
+    """llama.cpp's server (or anything answering its /completion) for one arm."""
+
+    api = "llama.cpp /completion"
+
+    async def _request(self, request: Request) -> Response:
+        body = self.body(completion_body(request, self.cache_cold), request.options)
+        data = await self.post_json(COMPLETION_PATH, body, request.id)
+
+        def fail(code: str, text: str) -> HttpFailure:
+            return self.fail(code, f"request {request.id}: {text}")
+
+        return parse_completion(data, fail)
