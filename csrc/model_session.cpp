@@ -89,6 +89,7 @@ constexpr uint32_t kSnapVersion = 1;
 struct Writer {
     std::vector<uint8_t>& buf;
     void raw(const void* p, size_t n) {
+        if (n == 0) return;  // empty state arrays (window-only layers) have no storage
         const auto* b = static_cast<const uint8_t*>(p);
         buf.insert(buf.end(), b, b + n);
     }
@@ -101,6 +102,7 @@ struct Reader {
     size_t left;
     void raw(void* dst, size_t n) {
         if (n > left) throw std::invalid_argument("snapshot is truncated");
+        if (n == 0) return;
         std::memcpy(dst, p, n);
         p += n;
         left -= n;
