@@ -63,6 +63,7 @@ def parse_completion(data: dict[str, Any], fail: Any) -> Response:
             raise fail("malformed_response", "malformed response: dflash.content_b64 does not "
                        "decode to content")
         source = "dflash.content_b64"
+    widths, weight_bytes = engine_extras(dflash)
     cache = timings.get("cache_n", data.get("tokens_cached"))
     tokens = data.get("tokens")
     if not (isinstance(tokens, list) and tokens and all(
@@ -73,7 +74,20 @@ def parse_completion(data: dict[str, Any], fail: Any) -> Response:
                     prefill_ms=float(timings["prompt_ms"]),
                     decode_ms=float(timings["predicted_ms"]),
                     cache_hits=cache if _number(cache, int) else None, tokens=tokens,
+                    band_widths=widths, weight_bytes=weight_bytes,
                     timings=dict(timings), timing_source="server", response_source=source)
+
+
+def engine_extras(dflash: Any) -> tuple[dict[str, int] | None, int | None]:
+    """Band widths and weight bytes from `dflash-qualify serve`'s raw engine timings, if sent."""
+    raw = dflash.get("timings") if isinstance(dflash, dict) else None
+    if not isinstance(raw, dict):
+        return None, None
+    widths = raw.get("band_widths")
+    ok = isinstance(widths, dict) and all(isinstance(v, int) for v in widths.values())
+    parts = [raw.get("weight_bytes_prefill"), raw.get("weight_bytes_decode")]
+    weight = sum(parts) if all(_number(p, int) for p in parts) else None
+    return (dict(widths) if ok else None), weight
 
 
 class LlamaCppTarget(HttpTarget):

@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator
 
 from .base import Request, Response
 from .http_base import HttpFailure, HttpTarget
+from .llamacpp import engine_extras
 
 COMPLETIONS_PATH = "/v1/completions"
 MODELS_PATH = "/v1/models"
@@ -135,6 +136,7 @@ class _StreamState:
         self.usage: dict[str, Any] = {}
         self.timings: dict[str, Any] = {}
         self.content_b64: str | None = None
+        self.dflash: dict[str, Any] | None = None
 
     def take(self, event: dict[str, Any], arrived: float, fail: Any) -> None:
         if "error" in event:
@@ -156,6 +158,7 @@ class _StreamState:
         dflash = event.get("dflash")
         if isinstance(dflash, dict) and isinstance(dflash.get("content_b64"), str):
             self.content_b64 = dflash["content_b64"]
+            self.dflash = dflash
 
     def response(self, t0: float, fail: Any) -> Response:
         assert self.done is not None
@@ -187,11 +190,13 @@ class _StreamState:
         cache = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
         if cache is None:
             cache = _count(self.timings.get("cache_n"))
+        widths, weight_bytes = engine_extras(self.dflash)
         ttft_ms = (first - t0) * 1e3
         total_ms = (self.done - t0) * 1e3
         return Response(data=raw, prompt_tokens=prompt, generated_tokens=generated,
                         prefill_ms=ttft_ms, decode_ms=max(total_ms - ttft_ms, 0.0),
-                        cache_hits=cache, tokens=None,
+                        cache_hits=cache, tokens=None, band_widths=widths,
+                        weight_bytes=weight_bytes,
                         timings={"ttft_ms": ttft_ms, "stream_ms": total_ms,
                                  "usage": self.usage, "server_timings": self.timings},
                         timing_source=TIMING_SOURCE, response_source=source)
