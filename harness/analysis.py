@@ -13,12 +13,18 @@ import re
 from typing import Callable
 
 from . import exactness, stats
+from . import schedule as schedule_mod
 from .errors import UsageError
 
 STATS_SCHEMA = "dflash-qualify.stats"
 # Version history:
 #   1: first version (bracket and compare kinds, verdict with named reasons).
-STATS_VERSION = 1
+#   2: schedules: samples may carry `block`; bracket drift compares the first and last
+#      reference block of a sequential schedule (ABA: arms A and B, as in 1); comparisons add
+#      `schedule`, `drift_blocks`, `blocks` (per-block medians and drift) and `paired_test`
+#      (Wilcoxon signed-rank). `verify` recomputes a version-1 file the version-1 way.
+STATS_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 
 GATE_KEYS = ("min_gain_pct", "max_drift_pct", "require_identical", "confidence",
              "bootstrap_resamples", "seed")
@@ -37,6 +43,17 @@ METHODS = {
           "independently with replacement (Efron & Tibshirani 1993, ch. 13); numpy quantile 'linear'",
     "rank_test": "Mann-Whitney U, two-sided, candidate vs pooled reference (scipy.stats.mannwhitneyu)",
     "min_gain": "the point estimate of the gain must reach min_gain_pct; the CI must lie above zero",
+}
+METHODS_V2 = {
+    **METHODS,
+    "drift": "|median of the first reference block - median of the last| / pooled reference "
+             "median x 100 (sequential schedules: a block is one worker visit, so ABA compares "
+             "arms A and B; interleaved: the first and last reference arm)",
+    "block_drift": "per block and arm: (block median / pooled reference median - 1) x 100",
+    "paired_test": "Wilcoxon signed-rank, two-sided, on candidate - reference pairs (Wilcoxon "
+                   "1945; scipy.stats.wilcoxon, zero differences dropped): compare protocols "
+                   "pair request i of main with request i of PR in the same group; interleaved "
+                   "brackets pair each round's candidate value with its reference median",
 }
 
 
@@ -139,7 +156,12 @@ def check_protocol(protocol: object) -> dict:
     decimals = report.get("decimals", DEFAULT_DECIMALS)
     if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
         raise _bad("report.decimals", "an integer 0..12", decimals)
-    return {"kind": kind, "metric": metric, "direction": direction, "arms": arms,
+    plan = protocol.get("schedule_plan", schedule_mod.DEFAULT)
+    if not isinstance(plan, dict) or plan.get("kind") not in schedule_mod.KINDS:
+        raise _bad("schedule_plan", "a table whose kind is one of " + ", ".join(schedule_mod.KINDS),
+                   plan)
+    return {"schedule_kind": plan["kind"],
+            "kind": kind, "metric": metric, "direction": direction, "arms": arms,
             "references": references, "candidate": candidates[0], "groups": groups,
             "gate": check_gate(protocol.get("gate")), "decimals": decimals}
 
@@ -172,6 +194,9 @@ def check_samples(samples: object, view: dict) -> list[dict]:
             raise bad("response_sha256", "64 lowercase hex digits or null", sha)
         if s.get("group") not in groups:
             raise bad("group", f"one of {sorted(groups, key=str)}", s.get("group"))
+        block = s.get("block")
+        if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 0):
+            raise bad("block", "an integer >= 0 or null", block)
         hits = s.get("cache_hits")
         if hits is not None and (not isinstance(hits, int) or isinstance(hits, bool) or hits < 0):
             raise bad("cache_hits", "an integer >= 0 or null", hits)
@@ -188,15 +213,104 @@ def _summary_json(summary: stats.Summary) -> dict:
     return {"n": summary.n, "median": summary.median, "mad": summary.mad}
 
 
-def _comparison_json(view: dict, samples: list[dict], group) -> dict:
+def _measured_records(samples: list[dict], group) -> list[dict]:
+    return [s for s in sorted(samples, key=lambda s: s.get("seq", 0))
+            if s.get("group") == group and s["phase"] == "measured" and s.get("ok", True)]
+
+
+def _reference_units(view: dict, samples: list[dict], group) -> list[tuple[int | None, str, list[float]]]:
+    """Reference values in drift units: (block, arm, values) per reference block of a sequential
+    schedule in executed order, or per reference arm (interleaved, or samples without blocks)."""
+    records = [s for s in _measured_records(samples, group) if s["arm"] in view["references"]]
+    by_block = view["schedule_kind"] in schedule_mod.SEQUENTIAL and records \
+        and all(s.get("block") is not None for s in records)
+    if not by_block:
+        return [(None, a, _measured(samples, a, group)) for a in view["references"]]
+    units: dict[int, tuple[int, str, list[float]]] = {}
+    for s in records:
+        units.setdefault(s["block"], (s["block"], s["arm"], []))[2].append(float(s["value"]))
+    return list(units.values())  # insertion order = first seq = executed order
+
+
+def _blocks_json(view: dict, samples: list[dict], group, pooled_median: float | None) -> list[dict]:
+    """Per (block, arm): n, median and signed deviation from the pooled reference median."""
+    cells: dict[tuple[int, str], list[float]] = {}
+    for s in _measured_records(samples, group):
+        if s.get("block") is not None:
+            cells.setdefault((s["block"], s["arm"]), []).append(float(s["value"]))
+    out = []
+    for (block, arm), values in cells.items():
+        m = stats.summarize(values).median
+        delta = None if pooled_median is None or m is None else (m / pooled_median - 1.0) * 100.0
+        out.append({"block": block, "arm": arm, "role": view["arms"][arm]["role"], "n": len(values),
+                    "median": m, "delta_pct": delta})
+    return out
+
+
+def _paired_json(view: dict, samples: list[dict], group) -> dict:
+    """Wilcoxon signed-rank on candidate/reference pairs (compare, or interleaved brackets)."""
+    records = _measured_records(samples, group)
+    cand_id, refs = view["candidate"], set(view["references"])
+    cand, ref = [], []
+    if view["kind"] == "compare":
+        pairing = "request i of the reference arm with request i of the candidate (same group)"
+        by_index: dict[int, dict[str, float]] = {}
+        for s in records:
+            by_index.setdefault(s.get("index", 0), {})[s["arm"]] = float(s["value"])
+        ref_id = view["references"][0]
+        for i in sorted(by_index):
+            if cand_id in by_index[i] and ref_id in by_index[i]:
+                cand.append(by_index[i][cand_id])
+                ref.append(by_index[i][ref_id])
+    elif view["schedule_kind"] == "interleaved":
+        pairing = "each round's candidate value with the median of its reference values"
+        rounds: dict[int, dict[str, list[float]]] = {}
+        for s in records:
+            if s.get("block") is not None:
+                side = "cand" if s["arm"] == cand_id else "ref" if s["arm"] in refs else None
+                if side:
+                    rounds.setdefault(s["block"], {"cand": [], "ref": []})[side].append(float(s["value"]))
+        for b in sorted(rounds):
+            if rounds[b]["cand"] and rounds[b]["ref"]:
+                cand.append(float(stats.summarize(rounds[b]["cand"]).median))
+                ref.append(float(stats.summarize(rounds[b]["ref"]).median))
+    else:
+        return {"name": "wilcoxon signed-rank two-sided", "pairing": None, "n_pairs": 0,
+                "statistic": None, "p_value": None,
+                "reason": "not paired: sequential schedules run arms at different times"}
+    t = stats.paired_test(cand, ref)
+    return {"name": "wilcoxon signed-rank two-sided", "pairing": pairing, "n_pairs": t.n,
+            "statistic": t.statistic, "p_value": t.p_value, "reason": t.reason}
+
+
+def _comparison_json(view: dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
     gate = view["gate"]
-    ref_arms = [_measured(samples, a, group) for a in view["references"]]
+    if version >= 2:
+        units = _reference_units(view, samples, group)
+        ref_arms = [u[2] for u in units]
+    else:
+        units = None
+        ref_arms = [_measured(samples, a, group) for a in view["references"]]
     cand = _measured(samples, view["candidate"], group)
     c = stats.compare(ref_arms, cand, view["direction"], confidence=gate["confidence"],
                       resamples=gate["bootstrap_resamples"], seed=gate["seed"])
     drift_reason = c.drift_reason
     if view["kind"] == "compare":
         drift_reason = "not applicable to compare protocols"
+    out = _comparison_v1(view, c, group, drift_reason)
+    if version < 2:
+        return out
+    bracket = view["kind"] == "bracket" and len(units) > 1
+    if bracket:
+        out["drift_arms"] = [units[0][1], units[-1][1]]
+    out["schedule"] = view["schedule_kind"]
+    out["drift_blocks"] = [units[0][0], units[-1][0]] if bracket and units[0][0] is not None else None
+    out["blocks"] = _blocks_json(view, samples, group, c.reference.median)
+    out["paired_test"] = _paired_json(view, samples, group)
+    return out
+
+
+def _comparison_v1(view: dict, c: stats.Comparison, group, drift_reason) -> dict:
     return {
         "group": group,
         "reference_arms": view["references"],
@@ -226,18 +340,23 @@ def _requests_json(samples: list[dict]) -> dict:
             "cache_hit_requests": sum(1 for h in recorded if h > 0)}
 
 
-def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes]) -> dict:
+def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
+            version: int = STATS_VERSION) -> dict:
     """Statistics, response identity and verdict for one run: the content of stats.json.
 
     Args:
         protocol: the resolved protocol (docs/evidence-format.md, protocol.json).
         samples: samples.jsonl records, warm-ups included.
         response_bytes: sha256 hex -> the response's bytes (to locate a first differing byte).
+        version: the stats.json version to produce (SUPPORTED_VERSIONS; verify passes the
+            stored file's version so older evidence is recomputed the way it was written).
     Returns:
         A JSON-ready dict (no NaN; undefined numbers are null with a `*_reason`).
     Raises:
         UsageError naming the file and field when the protocol or a sample is malformed.
     """
+    if version not in SUPPORTED_VERSIONS:
+        raise _bad("version", f"one of {list(SUPPORTED_VERSIONS)}", version, "stats.json")
     view = check_protocol(protocol)
     check_samples(samples, view)
     arms = []
@@ -251,13 +370,13 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
                          "warmups": sum(1 for x in samples if x["arm"] == arm_id
                                         and x.get("group") == group and x["phase"] == "warmup")})
     out = {
-        "schema": STATS_SCHEMA, "version": STATS_VERSION,
+        "schema": STATS_SCHEMA, "version": version,
         "kind": view["kind"], "metric": view["metric"], "unit": unit_of(view["metric"]),
         "direction": view["direction"],
         "gain_name": "gain" if view["direction"] == stats.HIGHER else "lower time",
-        "decimals": view["decimals"], "methods": METHODS,
+        "decimals": view["decimals"], "methods": METHODS if version < 2 else METHODS_V2,
         "arms": arms,
-        "comparisons": [_comparison_json(view, samples, g) for g in view["groups"]],
+        "comparisons": [_comparison_json(view, samples, g, version) for g in view["groups"]],
         "responses": exactness.check(samples, set(view["references"]), response_bytes),
         "requests": _requests_json(samples),
         "gate": view["gate"],

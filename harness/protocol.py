@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import schedule as schedule_mod
 from .errors import UsageError
 
 # Schema history:
@@ -228,6 +229,9 @@ def load(spec: str | None = None, *, warmups: int | None = None,
     for arm in resolved["arms"]:
         arm.update(overrides)
     resolved["overrides"] = overrides
+    problem = schedule_mod.check(resolved)
+    if problem:
+        raise UsageError(problem, file=display, field="schedule")
     return LoadedProtocol(resolved=resolved, source_bytes=raw, path=str(path))
 
 
@@ -249,7 +253,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     prompts = _prompts(ck, doc["prompts"], kind, base_dir)
     gate = _gate(ck, ck.sub_table(doc, "gate", "gate"), kind)
     arms = _arms(ck, doc["arms"], kind, measure, target["kind"])
-    schedule = _schedule(ck, doc.get("schedule"), arms)
+    schedule, schedule_plan = _schedule(ck, doc.get("schedule"), arms, kind)
     warnings = _http_checks(ck, doc, target, arms, measure)
     _expand_commands(target, arms, base_dir)
     if measure["cache"] == "cold" and target["prefix_cache_slots"] > 0:
@@ -262,7 +266,8 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "target": target, "max_tokens": measure["max_tokens"], "cache": measure["cache"],
         "timeouts": measure["timeouts"], "prompts": prompts,
         "groups": [p["id"] for p in prompts] if kind == "compare" else [],
-        "arms": arms, "schedule": schedule, "gate": gate, "warnings": warnings,
+        "arms": arms, "schedule": schedule, "schedule_plan": schedule_plan, "gate": gate,
+        "warnings": warnings,
     }
 
 
@@ -594,15 +599,41 @@ def _engine_args(ck: _Checker, e: dict, path: str) -> dict:
     return out
 
 
-def _schedule(ck: _Checker, schedule, arms: list[dict]) -> list[str]:
+def _schedule(ck: _Checker, schedule, arms: list[dict], kind: str) -> tuple[list[str], dict]:
+    """schedule = [arm ids] (ABA in that order) | "ABA" | "ABBA" | "randomized" | "interleaved"
+    | {kind, order, seed, rounds}; returns (arm order, plan {"kind", "seed", "rounds"})."""
     ids = [a["id"] for a in arms]
-    if schedule is None:
-        return ids
-    if not isinstance(schedule, list) or not all(isinstance(s, str) for s in schedule):
-        ck.fail("schedule", "an array of arm ids", schedule)
-    for j, s in enumerate(schedule):
+    if isinstance(schedule, str):
+        schedule = {"kind": schedule}
+    elif schedule is None or isinstance(schedule, list):
+        schedule = {"order": schedule}
+    if not isinstance(schedule, dict):
+        ck.fail("schedule", "an array of arm ids, a schedule name or a table", schedule)
+    ck.table(schedule, "schedule", {"kind", "order", "seed", "rounds"})
+    name = ck.string(schedule.get("kind", "ABA"), "schedule.kind", choices=schedule_mod.KINDS)
+    if kind == "compare" and name not in ("ABA", "interleaved"):
+        ck.fail("schedule.kind", '"interleaved" for a compare protocol (its arms always '
+                'alternate request by request)', name)
+    for key in ("seed", "rounds"):
+        if key in schedule and name != "randomized":
+            ck.fail(f"schedule.{key}", f'no {key} (it applies to schedule "randomized" only)',
+                    schedule[key])
+    plan = {"kind": name, "seed": None, "rounds": schedule_mod.rounds_of({"kind": name})}
+    if name == "randomized":
+        plan["seed"] = ck.integer(schedule.get("seed", 0), "schedule.seed", lo=0, hi=2**63 - 1)
+        plan["rounds"] = ck.integer(schedule.get("rounds", schedule_mod.DEFAULT_ROUNDS),
+                                    "schedule.rounds", lo=1, hi=1000)
+    if kind == "compare":  # compare protocols always interleave their two arms
+        plan = {"kind": "interleaved", "seed": None, "rounds": 1}
+    order = schedule.get("order")
+    path = "schedule" if "kind" not in schedule else "schedule.order"
+    if order is None:
+        return ids, plan
+    if not isinstance(order, list) or not all(isinstance(s, str) for s in order):
+        ck.fail(path, "an array of arm ids", order)
+    for j, s in enumerate(order):
         if s not in ids:
-            ck.fail(f"schedule[{j}]", _one_of(ids), s)
-    if sorted(schedule) != sorted(ids):
-        ck.fail("schedule", "every arm id exactly once", found=str(schedule))
-    return list(schedule)
+            ck.fail(f"{path}[{j}]", _one_of(ids), s)
+    if sorted(order) != sorted(ids):
+        ck.fail(path, "every arm id exactly once", found=str(order))
+    return list(order), plan

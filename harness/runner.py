@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import environment
+from . import environment, schedule
 from .errors import QualifyError, RunFailed
 from .targets import Request, Response, Target, make_target
 
@@ -84,16 +84,20 @@ class Runner:
         self.live: list[Target] = []
         self._measured: dict[str, list[float]] = {}
         self._deadline: dict[str, float] = {}
+        self._indices: dict[tuple[str, str], int] = {}
+        self._log_names: dict[int, str] = {}   # id(target) -> log file stem
 
     # ------------------------------------------------------------------ public
     def run(self) -> list[dict[str, Any]]:
         """Run the schedule; returns the sample records (also appended to samples.jsonl)."""
         try:
             if self.protocol["kind"] == "compare":
-                self._run_compare()
-            else:
-                for arm_id in self.protocol["schedule"]:
-                    self._run_bracket_arm(self.arms[arm_id])
+                self._run_interleaved(self.protocol["prompts"], grouped=True)
+            elif schedule.plan_of(self.protocol)["kind"] == "interleaved":
+                self._run_interleaved(self.protocol["prompts"][:1], grouped=False)
+            else:  # ABA, ABBA, randomized: one fresh worker per block
+                for visit in schedule.visits(self.protocol):
+                    self._run_visit(visit)
         except BaseException:
             self.kill_all()  # a failed or interrupted run: no graceful wait, no orphan
             raise
@@ -110,7 +114,7 @@ class Runner:
             except Exception as exc:  # teardown must not hide the original failure
                 log = f"(teardown failed: {exc})\n"
             with contextlib.suppress(Exception):
-                self._save_log(target.arm_id, log)
+                self._save_log(target, log)
 
     def kill_all(self) -> None:
         """Immediate kill of every live worker (used when interrupted)."""
@@ -144,43 +148,59 @@ class Runner:
     def _stop(self, target: Target) -> None:
         if target in self.live:
             self.live.remove(target)
-        self._save_log(target.arm_id, target.teardown())
+        self._save_log(target, target.teardown())
 
-    def _save_log(self, arm_id: str, log: str) -> None:
-        self.writer.write_text(f"logs/{arm_id}.log", environment.redact_text(log, self.secrets))
+    def _save_log(self, target: Target, log: str) -> None:
+        name = self._log_names.get(id(target), target.arm_id)
+        self.writer.write_text(f"logs/{name}.log", environment.redact_text(log, self.secrets))
 
-    def _run_bracket_arm(self, arm: dict) -> None:
+    def _run_visit(self, visit: schedule.Visit) -> None:
+        """One block of a sequential schedule: a fresh worker, W warm-ups, its measured share."""
+        arm = self.arms[visit.arm]
         prompt = self.protocol["prompts"][0]
         self._event("arm_start", arm)
         target = self._start(arm)
-        for phase, count in (("warmup", arm["warmups"]), ("measured", arm["measured"])):
-            for i in range(count):
-                self._request(target, arm, prompt, phase, i, count, group=None)
+        if visit.visits > 1:  # logs/<arm>.log for one visit; logs/<arm>.<k>.log for several
+            self._log_names[id(target)] = f"{arm['id']}.{visit.visit + 1}"
+        for phase, count in (("warmup", visit.warmups), ("measured", visit.measured)):
+            for _ in range(count):
+                index = self._next_index(arm["id"], phase)
+                self._request(target, arm, prompt, phase, index, count, group=None,
+                              block=visit.block)
         self._stop(target)
         self._event("arm_end", arm)
 
-    def _run_compare(self) -> None:
+    def _next_index(self, arm_id: str, phase: str) -> int:
+        key = (arm_id, phase)
+        self._indices[key] = self._indices.get(key, -1) + 1
+        return self._indices[key]
+
+    def _run_interleaved(self, prompts: list[dict], *, grouped: bool) -> None:
+        """Every arm's worker starts fresh and lives through the run; one request per arm per
+        round (a block), in schedule order: slow machine drift hits all arms alike."""
         order = [self.arms[a] for a in self.protocol["schedule"]]
         targets = {}
-        for arm in order:  # each arm's process is fresh at the start and lives through all groups
+        for arm in order:
             self._event("arm_start", arm)
             targets[arm["id"]] = self._start(arm)
-        for prompt in self.protocol["prompts"]:
-            group = prompt["id"]
+        block = 0
+        for prompt in prompts:
+            group = prompt["id"] if grouped else None
             for phase, key in (("warmup", "warmups"), ("measured", "measured")):
                 rounds = max(arm[key] for arm in order)
                 for i in range(rounds):  # interleaved: main, pr, main, pr, ...
                     for arm in order:
                         if i < arm[key]:
                             self._request(targets[arm["id"]], arm, prompt, phase, i, arm[key],
-                                          group=group)
+                                          group=group, block=block)
+                    block += 1
         for arm in order:
             self._stop(targets[arm["id"]])
             self._event("arm_end", arm)
 
     # ------------------------------------------------------------------ one request
     def _request(self, target: Target, arm: dict, prompt: dict, phase: str, index: int,
-                 total: int, *, group: str | None) -> None:
+                 total: int, *, group: str | None, block: int | None = None) -> None:
         proto = self.protocol
         seq = len(self.samples)
         remaining = self._deadline[arm["id"]] - time.monotonic()
@@ -203,7 +223,7 @@ class Runner:
         sha = self.writer.store_response(response.data)
         record = {
             "seq": seq, "arm": arm["id"], "role": arm["role"], "phase": phase, "index": index,
-            "group": group, "prompt_id": prompt["id"], "metric": proto["metric"],
+            "group": group, "block": block, "prompt_id": prompt["id"], "metric": proto["metric"],
             "value": value, "response_sha256": sha, "response_len": len(response.data),
             "response_tokens": response.tokens,
             "prompt_tokens": response.prompt_tokens,

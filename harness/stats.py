@@ -1,4 +1,4 @@
-"""Pure statistics for qualification: medians, MAD, gain, drift, bootstrap CI, rank test.
+"""Pure statistics for qualification: medians, MAD, gain, drift, bootstrap CI, rank tests.
 
 Arrays in, frozen dataclasses out; no IO, no printing, no evidence imports. Every
 definition follows DESIGN.md "Statistics" (binding); each function cites its method.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import mannwhitneyu, median_abs_deviation
+from scipy.stats import mannwhitneyu, median_abs_deviation, wilcoxon
 
 HIGHER = "higher"
 LOWER = "lower"
@@ -47,6 +47,16 @@ class RankTest:
     """Two-sided Mann-Whitney U test, candidate vs pooled reference (or None with a reason)."""
 
     u: float | None
+    p_value: float | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Two-sided Wilcoxon signed-rank test on paired values (or None with a reason)."""
+
+    n: int                      # pairs
+    statistic: float | None
     p_value: float | None
     reason: str | None
 
@@ -187,6 +197,33 @@ def rank_test(candidate: Sequence[float], reference: Sequence[float]) -> RankTes
     if math.isnan(p):
         return RankTest(u, None, "rank test undefined for these values")
     return RankTest(u, p, None)
+
+
+def paired_test(candidate: Sequence[float], reference: Sequence[float]) -> PairedTest:
+    """Two-sided Wilcoxon signed-rank test on candidate - reference pairs.
+
+    Args:
+        candidate: the candidate value of each pair.
+        reference: the reference value of each pair (same length, same order).
+    Returns:
+        The signed-rank statistic and two-sided p-value (Wilcoxon 1945, "Individual
+        comparisons by ranking methods"; scipy.stats.wilcoxon with zero_method "wilcox":
+        zero differences are dropped, method "auto": exact null distribution for small
+        samples without ties, normal approximation otherwise). No pairs, or only zero
+        differences, gives None with a reason.
+    """
+    cand, ref = _as_array(candidate), _as_array(reference)
+    if cand.size != ref.size:
+        raise ValueError(f"paired values differ in length ({cand.size} vs {ref.size})")
+    if cand.size == 0:
+        return PairedTest(0, None, None, "no pairs")
+    if not np.any(cand - ref != 0):
+        return PairedTest(int(cand.size), None, None, "every pair difference is zero")
+    result = wilcoxon(cand, ref, zero_method="wilcox", alternative="two-sided")
+    stat, p = float(result.statistic), float(result.pvalue)
+    if math.isnan(p) or math.isnan(stat):
+        return PairedTest(int(cand.size), None, None, "signed-rank test undefined for these values")
+    return PairedTest(int(cand.size), stat, p, None)
 
 
 def compare(reference_arms: Sequence[Sequence[float]], candidate: Sequence[float], direction: str, *,

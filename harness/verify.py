@@ -205,8 +205,13 @@ def _recompute(root: Path, result: VerifyResult) -> None:
             raise KeyError(sha)
         return p.read_bytes()
 
+    version = stored.get("version") if isinstance(stored, dict) else None
+    if version not in analysis.SUPPORTED_VERSIONS or isinstance(version, bool):
+        result.add("stats.json", f"version: expected one of {list(analysis.SUPPORTED_VERSIONS)}, "
+                                 f"got {version!r}")
+        return
     try:
-        recomputed = analysis.compute(protocol, samples, response_bytes)
+        recomputed = analysis.compute(protocol, samples, response_bytes, version=version)
     except QualifyError as exc:
         result.add("stats.json", f"cannot recompute: {exc}")
         return

@@ -78,7 +78,30 @@ def _comparison_lines(stats: dict, comp: dict, arms: list[dict]) -> list[str]:
     rank = comp["rank_test"]
     p_text = (f"Mann-Whitney U two-sided p = {fmt_p(rank['p_value'])} (candidate vs pooled reference)."
               if rank["p_value"] is not None else f"Mann-Whitney U p-value: n/a ({rank['reason']}).")
-    return [text, "", f"{ci_text} {p_text}"]
+    return [text, "", f"{ci_text} {p_text}"] + _schedule_lines(stats, comp)
+
+
+def _schedule_lines(stats: dict, comp: dict) -> list[str]:
+    """Stats version 2: the schedule, per-block drift and the paired (Wilcoxon) test."""
+    lines: list[str] = []
+    paired = comp.get("paired_test")
+    if paired and paired.get("pairing"):
+        p = (f"p = {fmt_p(paired['p_value'])}" if paired["p_value"] is not None
+             else f"p-value: n/a ({paired['reason']})")
+        lines += ["", f"Wilcoxon signed-rank two-sided {p} over {paired['n_pairs']} pairs "
+                      f"({paired['pairing']})."]
+    blocks = comp.get("blocks")
+    if blocks and stats["kind"] == "bracket":
+        d = stats["decimals"]
+        where = ""
+        if comp.get("drift_blocks"):
+            where = f" (drift compares blocks {comp['drift_blocks'][0]} and {comp['drift_blocks'][1]})"
+        lines += ["", f"Schedule {comp.get('schedule', 'ABA')}: per-block medians and their "
+                      f"deviation from the pooled reference median{where}.", "",
+                  "| block | arm | n | median | vs pooled reference |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {b['block']} | {b['arm']} | {b['n']} | {fmt_value(b['median'], d)} "
+                  f"| {fmt_pct(b['delta_pct'])} |" for b in blocks]
+    return lines
 
 
 def _responses_lines(stats: dict) -> list[str]:
