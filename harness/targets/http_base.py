@@ -228,8 +228,8 @@ class HttpTarget(Target):
                 if self._session is not None:
                     loop.run_until_complete(self._close())
                 loop.run_until_complete(loop.shutdown_asyncgens())
-            except BaseException:  # noqa: BLE001 - teardown never raises; the process is next
-                pass
+            except BaseException as exc:  # noqa: BLE001 - teardown never raises; the server is next
+                self._note(f"client teardown error: {type(exc).__name__}: {exc}")
             finally:
                 loop.close()
         if self.server is not None:
