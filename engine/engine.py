@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from . import _core
 from .config import config_hash, load_config
 from .errors import EngineError
-from .options import (PrefillPlan, check_bands, check_chunk, check_mmvq, env_bands, env_mmvq_max_ncols,
-                      resolve)
+from .options import (PrefillPlan, check_bands, check_chunk, check_mmvq, check_test_slowdown, env_bands,
+                      env_mmvq_max_ncols, env_test_slowdown_pct, resolve)
 from .prefix_cache import PrefixCache
 from .results import GenerateResult, PrefillResult
 from .session import Session
@@ -27,11 +28,15 @@ class Engine:
         threads: worker threads (None: os.cpu_count()). Results never depend on it.
         bands, chunk, mmvq_max_ncols: default prefill options (see options.resolve).
         prefix_cache_slots: > 0 enables the prefix cache with that many snapshots.
+        test_slowdown_pct: TEST ONLY (default: env DFLASH_DS4_TEST_SLOWDOWN_PCT, else 0):
+            generate() busy-waits for this percentage of each measured prefill time and
+            reports the inflated prefill time, so harness calibration can inject a known
+            slowdown. Shown in build_info() as "test_only"; outputs are unchanged.
     """
 
     def __init__(self, model: str | Path = "ds4-mini", seed: int = 0, threads: int | None = None, *,
                  bands: bool | None = None, chunk: int | None = None, mmvq_max_ncols: int | None = None,
-                 prefix_cache_slots: int = 0) -> None:
+                 prefix_cache_slots: int = 0, test_slowdown_pct: float | None = None) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
             raise EngineError(f"seed must be an integer 0..2**63-1, got {seed!r}")
         if threads is None:
@@ -45,6 +50,8 @@ class Engine:
                           "mmvq_max_ncols": check_mmvq(mmvq_max_ncols)}
         env_bands()  # malformed environment values fail at construction, not first use
         env_mmvq_max_ncols()
+        slowdown = check_test_slowdown(test_slowdown_pct)
+        self._test_slowdown_pct = slowdown if slowdown is not None else (env_test_slowdown_pct() or 0.0)
         self._config = load_config(model)
         self._seed = seed
         self._hash = config_hash(self._config, seed)
@@ -74,7 +81,7 @@ class Engine:
         return float(self._model.build_seconds)
 
     def build_info(self) -> dict[str, Any]:
-        return build_info(threads=self._threads)
+        return build_info(threads=self._threads, test_slowdown_pct=self._test_slowdown_pct)
 
     # -- requests ---------------------------------------------------------------------------
     def _plan(self, **call: Any) -> PrefillPlan:
@@ -118,6 +125,8 @@ class Engine:
         if hits < len(toks):
             res = sess._prefill_array(as_token_array(toks[hits:]), plan)
             prefill_ns, prefill_bytes, exact = res.prefill_ns, res.weight_bytes, res.exact
+            if self._test_slowdown_pct:  # TEST ONLY: a known, reported prefill slowdown
+                prefill_ns += _busy_wait_ns(prefill_ns * self._test_slowdown_pct / 100.0)
             for w in res.band_widths:
                 widths[str(w)] = widths.get(str(w), 0) + 1
             if use_cache and res.exact:
@@ -137,8 +146,22 @@ class Engine:
         self._cache.clear()
 
 
-def build_info(threads: int | None = None) -> dict[str, Any]:
-    """Build type, SIMD path, compile flags, sanitizer and CPU features of the loaded core."""
+def _busy_wait_ns(ns: float) -> int:
+    """Spin (no sleep: the core stays busy, as real work would) for `ns` nanoseconds; returns
+    the time actually spent, which the caller adds to the reported prefill time."""
+    start = time.perf_counter_ns()
+    end = start + int(ns)
+    now = start
+    while now < end:
+        now = time.perf_counter_ns()
+    return now - start
+
+
+def build_info(threads: int | None = None, test_slowdown_pct: float | None = None) -> dict[str, Any]:
+    """Build type, SIMD path, compile flags, sanitizer and CPU features of the loaded core.
+
+    A TEST ONLY prefill slowdown (argument, else env DFLASH_DS4_TEST_SLOWDOWN_PCT) appears as
+    "test_only": {"prefill_slowdown_pct", "note"}; the key is absent when there is none."""
     info: dict[str, Any] = {
         "build_type": _core.build_type(),
         "simd_path": _core.kernels.simd_path(),
@@ -151,4 +174,9 @@ def build_info(threads: int | None = None) -> dict[str, Any]:
         info["cpu_features"] = dict(_core.kernels.cpu_features())
     except Exception:  # noqa: BLE001 - informational only
         info["cpu_features"] = {}
+    slowdown = test_slowdown_pct if test_slowdown_pct is not None else env_test_slowdown_pct()
+    if slowdown:
+        info["test_only"] = {"prefill_slowdown_pct": slowdown,
+                             "note": "TEST ONLY: prefill time inflated by a busy-wait "
+                                     "(DFLASH_DS4_TEST_SLOWDOWN_PCT); never a real measurement"}
     return info

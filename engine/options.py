@@ -13,6 +13,8 @@ from .errors import EngineError
 
 ENV_BANDS = "DFLASH_DS4_EXACT_PREFILL_BANDS"
 ENV_MMVQ = "LUCE_MMVQ_MAX_NCOLS"
+ENV_TEST_SLOWDOWN = "DFLASH_DS4_TEST_SLOWDOWN_PCT"  # TEST ONLY: inflate prefill time by N %
+MAX_TEST_SLOWDOWN_PCT = 1000.0
 MAX_CHUNK = 4
 MAX_MMVQ_NCOLS = 8
 DEFAULT_MMVQ_NCOLS = 4
@@ -44,6 +46,30 @@ def env_mmvq_max_ncols() -> int | None:
     if val is None or not 1 <= val <= MAX_MMVQ_NCOLS:
         raise EngineError(f"environment variable {ENV_MMVQ}={raw!r} is malformed: "
                           f"expected an integer 1..{MAX_MMVQ_NCOLS}")
+    return val
+
+
+def check_test_slowdown(pct: Any) -> float | None:
+    """TEST ONLY prefill slowdown in percent (0..1000), None if not given."""
+    if pct is None:
+        return None
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= MAX_TEST_SLOWDOWN_PCT:
+        raise EngineError(f"test_slowdown_pct must be a number 0..{MAX_TEST_SLOWDOWN_PCT:g}, got {pct!r}")
+    return float(pct)
+
+
+def env_test_slowdown_pct() -> float | None:
+    """DFLASH_DS4_TEST_SLOWDOWN_PCT as a float 0..1000, None if unset or empty; malformed is an error."""
+    raw = os.environ.get(ENV_TEST_SLOWDOWN)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        val = float(raw.strip())
+    except ValueError:
+        val = -1.0
+    if not 0 <= val <= MAX_TEST_SLOWDOWN_PCT:
+        raise EngineError(f"environment variable {ENV_TEST_SLOWDOWN}={raw!r} is malformed: "
+                          f"expected a number 0..{MAX_TEST_SLOWDOWN_PCT:g}")
     return val
 
 
