@@ -209,10 +209,10 @@ void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mod
         for (int j = 0; j < w; ++j) {
             const float* X = &sc.X[size_t(j) * hc * d];
             float* hrow = &sc.xin[size_t(j) * d];
-            for (int k = 0; k < d; ++k) {
-                float s = 0.0f;
-                for (int i = 0; i < hc; ++i) s += w_.hc_final[i] * X[size_t(i) * d + k];
-                hrow[k] = s;
+            for (int k = 0; k < d; ++k) hrow[k] = 0.0f;
+            for (int i = 0; i < hc; ++i) {
+                const float wi = w_.hc_final[i];
+                for (int k = 0; k < d; ++k) hrow[k] += wi * X[size_t(i) * d + k];
             }
             rms_norm(hrow, w_.final_norm.data(), hrow, d, c.norm_eps);
             quantize_row_q8_0(hrow, &sc.xq[size_t(j) * (d / QK8_0)], d);

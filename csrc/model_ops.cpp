@@ -80,11 +80,14 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
     float* mean = tmp;       // [d]
     float* dyn = tmp + d;    // [dyn_rows]
     const float inv_hc = 1.0f / float(hc);
-    for (int k = 0; k < d; ++k) {
-        float s = 0.0f;
-        for (int i = 0; i < hc; ++i) s += X[size_t(i) * d + k];
-        mean[k] = s * inv_hc;
+    // Loops run stream-outer / channel-inner so they vectorize over channels; each element
+    // still accumulates streams in order 0..hc-1 (same bits as the channel-outer form).
+    for (int k = 0; k < d; ++k) mean[k] = 0.0f;
+    for (int i = 0; i < hc; ++i) {
+        const float* xi = X + size_t(i) * d;
+        for (int k = 0; k < d; ++k) mean[k] += xi[k];
     }
+    for (int k = 0; k < d; ++k) mean[k] *= inv_hc;
     rms_norm(mean, nullptr, mean, d, c.norm_eps);
     const int rows = c.hc_dyn_rows();
     for (int r = 0; r < rows; ++r) dyn[r] = dot_f32(&p.w_dyn[size_t(r) * d], mean, d);
@@ -112,10 +115,11 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
             for (int i = 0; i < hc; ++i) M[i * hc + j] /= s;
         }
     }
-    for (int k = 0; k < d; ++k) {
-        float s = 0.0f;
-        for (int i = 0; i < hc; ++i) s += pre[i] * X[size_t(i) * d + k];
-        x_in[k] = s;
+    for (int k = 0; k < d; ++k) x_in[k] = 0.0f;
+    for (int i = 0; i < hc; ++i) {
+        const float* xi = X + size_t(i) * d;
+        const float pi = pre[i];
+        for (int k = 0; k < d; ++k) x_in[k] += pi * xi[k];
     }
 }
 
@@ -124,11 +128,14 @@ void hc_post(const ModelConfig& c, float* X, const float* out, const float* post
     const int hc = c.hc_mult, d = c.d_model;
     for (int i = 0; i < hc; ++i) {
         float* dst = tmp + size_t(i) * d;
-        for (int k = 0; k < d; ++k) {
-            float s = 0.0f;
-            for (int j = 0; j < hc; ++j) s += M[i * hc + j] * X[size_t(j) * d + k];
-            dst[k] = s + post[i] * out[k];
+        for (int k = 0; k < d; ++k) dst[k] = 0.0f;
+        for (int j = 0; j < hc; ++j) {  // vectorizes over k; per element j runs in order
+            const float mij = M[i * hc + j];
+            const float* xj = X + size_t(j) * d;
+            for (int k = 0; k < d; ++k) dst[k] += mij * xj[k];
         }
+        const float pi = post[i];
+        for (int k = 0; k < d; ++k) dst[k] += pi * out[k];
     }
     std::memcpy(X, tmp, sizeof(float) * size_t(hc) * d);
 }
