@@ -9,7 +9,7 @@ command-line tools print at exit:
 
 The text is a deterministic function of the prompt (so every build and every run answers the
 same bytes). The times are simulated, not measured: 0.2 ms per prompt token (env
-FAKE_ENGINE_MS_PER_TOKEN), divided by --batch (a "faster build"), with +-1% noise; 0.5 ms per
+FAKE_ENGINE_PREFILL_MS), divided by --batch (a "faster build"), with +-1% noise; 0.5 ms per
 generated token. Usage: fake_engine.py [-n N_PREDICT] [--batch B] < prompt.txt
 """
 import argparse
@@ -31,7 +31,7 @@ def main() -> int:
     text = bytes(ord("a") + (seed + 7 * i * i) % 26 for i in range(args.n_predict))
     sys.stdout.buffer.write(text)
     sys.stdout.flush()
-    per_token = float(os.environ.get("FAKE_ENGINE_MS_PER_TOKEN", "0.2"))
+    per_token = float(os.environ.get("FAKE_ENGINE_PREFILL_MS", "0.2"))
     prompt_ms = len(prompt) * per_token / max(args.batch, 1) * random.uniform(0.99, 1.01)
     eval_ms = 0.5 * args.n_predict
     print(f"llama_perf_context_print: prompt eval time = {prompt_ms:10.2f} ms / "
