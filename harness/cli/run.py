@@ -85,7 +85,9 @@ def _invocation(spec: str | None, out: str, warmups: int | None, measured: int |
 def command(protocol: str | None, out: str, warmups: int | None, measured: int | None) -> None:
     """Run PROTOCOL (a file or a bundled name; default exact-bands-aba) and seal evidence.
 
-    Bundled: exact-bands-aba, exact-bands-quick (ds4-tiny), narrow-mmvq-compare.
+    Bundled: exact-bands-aba, exact-bands-quick (ds4-tiny), narrow-mmvq-compare,
+    serve-llamacpp-aba and serve-openai-aba (HTTP targets against `serve`);
+    templates to copy and edit: llama-server-aba, openai-server-aba.
 
     Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
     """
