@@ -4,6 +4,8 @@ no timings, resets the connection, truncates a stream, or never answers."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        open(os.environ["PID_FILE"] + ".post", "w").close()
         if mode == "500":
             self.send(500, {"error": {"code": 500, "message": "boom: out of memory",
                                       "type": "server_error"}})
@@ -181,3 +184,30 @@ def test_request_failures_are_named(tmp_path, kind, mode, message):
         assert "within 1.5 s waiting for the response to request A-0" in out
     assert not (d / "samples.jsonl").exists() or not (d / "samples.jsonl").read_text()
     assert "client teardown error" not in (d / "logs" / "A.log").read_text()
+
+
+def test_sigint_during_a_request_stops_the_server(tmp_path):
+    script = tmp_path / "bad_server.py"
+    script.write_text(BAD_SERVER)
+    pid_file = tmp_path / "pids"
+    path = tmp_path / "bad.toml"
+    path.write_text(PROTOCOL.format(kind="llamacpp", start=20, mode="hang", pid_file=pid_file,
+                                    command=json.dumps([sys.executable, str(script), "--port",
+                                                        "{port}"])).replace(
+        "request_timeout_s = 1.5", "request_timeout_s = 120"))
+    exe = str(Path(sys.executable).parent / "dflash-qualify")
+    proc = subprocess.Popen([exe, "run", str(path), "--out", str(tmp_path / "ev")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not Path(f"{pid_file}.post").exists():   # the request is in flight
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, out + err
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err
+    (d,) = list((tmp_path / "ev").iterdir())
+    assert (d / "INCOMPLETE").read_text() == "interrupted: SIGINT"
+    pids = [int(x) for x in pid_file.read_text().split()]
+    assert not any(alive(p) for p in pids), pids
+
