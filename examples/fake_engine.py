@@ -13,8 +13,8 @@ FAKE_ENGINE_PREFILL_MS), divided by --batch (a "faster build"), with +-1% noise;
 generated token. Usage: fake_engine.py [-n N_PREDICT] [--batch B] < prompt.txt
 """
 import argparse
-import random
 import os
+import random
 import sys
 
 

@@ -170,8 +170,6 @@ class HttpTarget(Target):
     Subclasses implement ``_request`` (one generation) and may extend ``_identity``.
     """
 
-    api = "HTTP"   # names the API in messages, e.g. "llama.cpp /completion"
-
     def __init__(self, arm_id: str, *, command: list[str] | None, url: str | None,
                  env: dict[str, str | None], health_path: str, start_timeout_s: float,
                  extra_body: dict[str, Any] | None = None, model: str | None = None,
@@ -273,8 +271,7 @@ class HttpTarget(Target):
                 "env": dict(self.arm_env), "url": self.base_url,
                 "pid": self.server.proc.pid if self.server and self.server.proc else None,
                 "engine_build": build, "model": model,
-                "config_hash": dflash.get("config_hash"), "binaries": binaries or None,
-                "props": props or None}
+                "config_hash": dflash.get("config_hash"), "binaries": binaries or None}
 
     # ------------------------------------------------------------------ helpers
     def fail(self, code: str, text: str) -> HttpFailure:

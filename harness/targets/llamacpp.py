@@ -93,8 +93,6 @@ def engine_extras(dflash: Any) -> tuple[dict[str, int] | None, int | None]:
 class LlamaCppTarget(HttpTarget):
     """llama.cpp's server (or anything answering its /completion) for one arm."""
 
-    api = "llama.cpp /completion"
-
     async def _request(self, request: Request) -> Response:
         body = self.body(completion_body(request, self.cache_cold), request.options)
         data = await self.post_json(COMPLETION_PATH, body, request.id)

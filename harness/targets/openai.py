@@ -60,8 +60,6 @@ def _count(value: Any) -> int | None:
 class OpenAITarget(HttpTarget):
     """An OpenAI-compatible server's /v1/completions (streamed) for one arm."""
 
-    api = "OpenAI /v1/completions"
-
     async def _identity(self) -> dict[str, Any]:
         info = await super()._identity()
         models = await self._get_json_quiet(MODELS_PATH)
@@ -74,12 +72,10 @@ class OpenAITarget(HttpTarget):
             self.model = ids[0]
         if info["model"] is None:
             info["model"] = {"id": self.model}
-        info["served_models"] = ids
         meta = next((m.get("meta") for m in models.get("data") or []
                      if isinstance(m, dict) and m.get("id") == self.model), None)
         if info["config_hash"] is None and isinstance(meta, dict):
             info["config_hash"] = meta.get("config_hash")
-        info["timing_source"] = TIMING_SOURCE
         return info
 
     async def _request(self, request: Request) -> Response:
