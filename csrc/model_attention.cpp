@@ -37,13 +37,18 @@ void attn_write_token(const ModelConfig& c, LayerState& s, int pos, const float*
 
 void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos, float* out,
               float* scores) {
+    for (int h = 0; h < c.n_heads; ++h) attn_head(c, s, q, pos, h, out, scores);
+}
+
+void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
+               float* scores) {
     const int hd = c.head_dim, cap = c.window_cap();
     const int lo = std::max(0, pos - c.n_swa + 1);
     const int nwin = pos - lo + 1;
     const int nc = s.n_compressed;
     const int n = nc + nwin;
     const float scale = 1.0f / std::sqrt(float(hd));
-    for (int h = 0; h < c.n_heads; ++h) {
+    {
         const float* qh = q + size_t(h) * hd;
         float* oh = out + size_t(h) * hd;
         for (int j = 0; j < nc; ++j) scores[j] = dot_f32(qh, &s.compressed[size_t(j) * hd], hd) * scale;

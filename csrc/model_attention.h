@@ -31,6 +31,9 @@ void attn_write_token(const ModelConfig& c, LayerState& s, int pos, const float*
 // (normed, roped); out: [n_heads, head_dim]; scores: scratch [n_compressed + n_swa].
 void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos, float* out,
               float* scores);
+// One head h of attn_one (the same code path; heads are independent outputs).
+void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
+               float* scores);
 
 // True when `pos` closes a compressor block of this layer: (pos + 1) % ratio == 0.
 inline bool is_boundary(int ratio, int pos) { return ratio > 0 && (pos + 1) % ratio == 0; }

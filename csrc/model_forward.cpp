@@ -9,6 +9,7 @@
 
 #include "model_moe.h"
 #include "model_ops.h"
+#include "model_parallel.h"
 
 namespace dq {
 
@@ -43,6 +44,10 @@ Scratch::Scratch(const ModelConfig& c) {
                                   size_t(2 * c.n_experts)});
     tmp.resize(need);
     logits.resize(W * c.vocab);
+    tok_stride = hc * d + d + size_t(c.hc_dyn_rows());
+    tok_tmp_buf.resize(W * tok_stride);
+    score_stride = size_t(max_comp + c.n_swa);
+    score_buf.resize(W * size_t(c.n_heads) * score_stride);
 }
 
 Model::Model(const ModelConfig& cfg, int threads) : cfg_(cfg) {
@@ -79,23 +84,23 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     LayerState& ls = st.layers[l];
     const int d = c.d_model, hc = c.hc_mult, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
     const size_t half = size_t(c.rope_dim / 2);
+    ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        for (int j = 0; j < w; ++j)
+        par_items(pool, w, [&](int j) {
             hc_pre(c, L.hc_attn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
-                   &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+                   &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
+            rms_norm(&sc.xin[size_t(j) * d], L.attn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
+        });
     }
     {
         OpTimer t(stats, kOpPerToken);
-        for (int j = 0; j < w; ++j) {
-            rms_norm(&sc.xin[size_t(j) * d], L.attn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
-            quantize_row_q8_0(&sc.xn[size_t(j) * d], &sc.xq[size_t(j) * (d / QK8_0)], d);
-        }
+        par_quantize_rows(pool, sc.xn.data(), sc.xq.data(), w, d);
     }
     mm(L.w_proj, sc.xq.data(), w, sc.proj.data());  // [w, q | kv | ckv | cscore]
     {
         OpTimer t(stats, kOpPerToken);
-        for (int j = 0; j < w; ++j) {
+        par_items(pool, w, [&](int j) {
             const int pos = st.pos + j;
             const float* cs = &rope_cos_[size_t(pos) * half];
             const float* sn = &rope_sin_[size_t(pos) * half];
@@ -108,7 +113,7 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
             float* kv = p + qd;
             rms_norm(kv, L.kv_norm.data(), kv, hd, c.norm_eps);
             rope_apply(kv, hd, c.rope_dim, cs, sn);
-        }
+        });
     }
     // Causal per-token section, split into segments that end at compressor boundaries: write the
     // segment's rows, attend each token (it only reads positions <= itself), then pool.
@@ -124,8 +129,12 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
         }
         {
             OpTimer t(stats, kOpAttention);
-            for (int j = j0; j <= j1; ++j)
-                attn_one(c, ls, &sc.proj[size_t(j) * pr], st.pos + j, &sc.attn[size_t(j) * qd], sc.tmp.data());
+            const int nh = c.n_heads;
+            par_items(pool, (j1 - j0 + 1) * nh, [&](int item) {
+                const int j = j0 + item / nh, h = item % nh;
+                attn_head(c, ls, &sc.proj[size_t(j) * pr], st.pos + j, h, &sc.attn[size_t(j) * qd],
+                          sc.att_scores(item));
+            });
         }
         if (is_boundary(ls.ratio, st.pos + j1)) {
             OpTimer t(stats, kOpCompressor);
@@ -135,14 +144,14 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     }
     {
         OpTimer t(stats, kOpPerToken);
-        for (int j = 0; j < w; ++j)
-            quantize_row_q8_0(&sc.attn[size_t(j) * qd], &sc.attn_q[size_t(j) * (qd / QK8_0)], qd);
+        par_quantize_rows(pool, sc.attn.data(), sc.attn_q.data(), w, qd);
     }
     mm(L.w_o, sc.attn_q.data(), w, sc.o.data());
     OpTimer t(stats, kOpHC);
-    for (int j = 0; j < w; ++j)
+    par_items(pool, w, [&](int j) {
         hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
-                &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+                &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
+    });
 }
 
 void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const Matmul& mm, Scratch& sc,
@@ -150,18 +159,18 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     const ModelConfig& c = cfg_;
     const LayerWeights& L = w_.layers[l];
     const int d = c.d_model, hc = c.hc_mult, K = c.top_k;
+    ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        for (int j = 0; j < w; ++j)
+        par_items(pool, w, [&](int j) {
             hc_pre(c, L.hc_ffn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
-                   &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+                   &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
+            rms_norm(&sc.xin[size_t(j) * d], L.ffn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
+        });
     }
     {
         OpTimer t(stats, kOpPerToken);
-        for (int j = 0; j < w; ++j) {
-            rms_norm(&sc.xin[size_t(j) * d], L.ffn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
-            quantize_row_q8_0(&sc.xn[size_t(j) * d], &sc.xq[size_t(j) * (d / QK8_0)], d);
-        }
+        par_quantize_rows(pool, sc.xn.data(), sc.xq.data(), w, d);
     }
     {
         OpTimer t(stats, kOpRouter);
@@ -180,9 +189,10 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(), sc.ey.data()};
     moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
     OpTimer t(stats, kOpHC);
-    for (int j = 0; j < w; ++j)
+    par_items(pool, w, [&](int j) {
         hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
-                &sc.M[size_t(j) * hc * hc], sc.tmp.data());
+                &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
+    });
 }
 
 void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mode, Scratch& sc,
@@ -206,7 +216,7 @@ void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mod
     }
     {
         OpTimer t(stats, kOpPerToken);
-        for (int j = 0; j < w; ++j) {
+        par_items(pool_.get(), w, [&](int j) {
             const float* X = &sc.X[size_t(j) * hc * d];
             float* hrow = &sc.xin[size_t(j) * d];
             for (int k = 0; k < d; ++k) hrow[k] = 0.0f;
@@ -215,8 +225,8 @@ void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mod
                 for (int k = 0; k < d; ++k) hrow[k] += wi * X[size_t(i) * d + k];
             }
             rms_norm(hrow, w_.final_norm.data(), hrow, d, c.norm_eps);
-            quantize_row_q8_0(hrow, &sc.xq[size_t(j) * (d / QK8_0)], d);
-        }
+        });
+        par_quantize_rows(pool_.get(), sc.xin.data(), sc.xq.data(), w, d);
     }
     mm(w_.lm_head, sc.xq.data(), w, logits);
     std::memcpy(st.hc_streams.data(), &sc.X[size_t(w - 1) * hc * d], sizeof(float) * hc * d);

@@ -40,6 +40,12 @@ struct Scratch {
     std::vector<float> gu, h, y, ey; // MoE buffers
     std::vector<float> tmp;          // per-token scratch (hc, attention scores, pooling)
     std::vector<float> logits;       // [w, vocab]
+    // Per-token scratch for ops that run in parallel over tokens / (token, head) items.
+    size_t tok_stride = 0, score_stride = 0;
+    std::vector<float> tok_tmp_buf;  // [kMaxStep, hc*d + d + dyn_rows]
+    std::vector<float> score_buf;    // [kMaxStep * n_heads, max_compressed + n_swa]
+    float* tok_tmp(int j) { return tok_tmp_buf.data() + size_t(j) * tok_stride; }
+    float* att_scores(int item) { return score_buf.data() + size_t(item) * score_stride; }
 };
 
 class Model {

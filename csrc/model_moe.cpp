@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "model_ops.h"
+#include "model_parallel.h"
 
 namespace dq {
 
@@ -43,10 +44,7 @@ void expert_ffn(const ModelConfig& c, const QMatrix& w13, const QMatrix& w2, con
     mm(w13, xg, ncols, s.gu);
     {
         OpTimer timer(stats, kOpPerToken);
-        for (int j = 0; j < ncols; ++j) {
-            swiglu_clamped(s.gu + size_t(j) * 2 * f, s.h + size_t(j) * f, f, c.swiglu_limit);
-            quantize_row_q8_0(s.h + size_t(j) * f, s.hq + size_t(j) * (f / QK8_0), f);
-        }
+        par_swiglu_quantize(mm.pool, s.gu, s.h, s.hq, ncols, f, c.swiglu_limit);
     }
     mm(w2, s.hq, ncols, s.y);
 }

@@ -48,10 +48,8 @@ void softmax_inplace(float* s, int n) {
     for (int i = 0; i < n; ++i) s[i] *= inv;
 }
 
-void swiglu_clamped(const float* gu, float* h, int f, float limit) {
-    const float* g = gu;
-    const float* u = gu + f;
-    for (int i = 0; i < f; ++i) {
+void swiglu_clamped(const float* g, const float* u, float* h, int n, float limit) {
+    for (int i = 0; i < n; ++i) {
         const float gi = std::min(g[i], limit);
         const float ui = std::min(std::max(u[i], -limit), limit);
         h[i] = gi / (1.0f + std::exp(-gi)) * ui;

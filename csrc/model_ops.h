@@ -22,8 +22,8 @@ void rope_apply(float* head, int head_dim, int rope_dim, const float* cos_t, con
 // In-place numerically stable softmax of n scores.
 void softmax_inplace(float* s, int n);
 
-// Clamped SwiGLU for one token: gu = [gate (f) | up (f)] -> h (f).
-void swiglu_clamped(const float* gu, float* h, int f, float limit);
+// Clamped SwiGLU, elementwise over n values: h = silu(min(gate, limit)) * clamp(up, +-limit).
+void swiglu_clamped(const float* gate, const float* up, float* h, int n, float limit);
 
 // sqrt(softplus(x)), stable for large |x|.
 float sqrt_softplus(float x);
