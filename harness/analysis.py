@@ -310,6 +310,12 @@ def _comparison_json(view: dict, samples: list[dict], group, version: int = STAT
     return out
 
 
+def comparison(view: dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
+    """One group's comparison (gain, drift, CI, rank and paired tests) from sample records;
+    `calibration` decides simulated brackets through this and `verdict`, as a run does."""
+    return _comparison_json(view, samples, group, version)
+
+
 def _comparison_v1(view: dict, c: stats.Comparison, group, drift_reason) -> dict:
     return {
         "group": group,
@@ -357,6 +363,9 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     """
     if version not in SUPPORTED_VERSIONS:
         raise _bad("version", f"one of {list(SUPPORTED_VERSIONS)}", version, "stats.json")
+    from . import calibration  # calibrate evidence: noise floor, false-alarm rate, power
+    if calibration.is_calibration(protocol):
+        return calibration.compute(protocol, samples, response_bytes, version=version)
     view = check_protocol(protocol)
     check_samples(samples, view)
     arms = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 from . import analysis
+from .errors import UsageError
 from .reports.junit import render_junit
 
 
@@ -23,7 +24,16 @@ def thresholds(stats: dict, *, min_gain_pct: float | None = None,
 
 def decide(stats: dict, *, min_gain_pct: float | None = None,
            max_drift_pct: float | None = None) -> dict:
-    """stats.json with its gate and verdict recomputed under overridden thresholds (a new dict)."""
+    """stats.json with its gate and verdict recomputed under overridden thresholds (a new dict).
+
+    Calibrate evidence carries its own verdict (is the gate sound?): it is returned as is,
+    and gain/drift overrides are a usage error there."""
+    if stats.get("kind") == "calibration":
+        if min_gain_pct is not None or max_drift_pct is not None:
+            raise UsageError("calibration evidence has no gain or drift verdict to re-decide; "
+                             "re-run calibrate with the protocol's new gate instead",
+                             field="--min-gain/--max-drift")
+        return copy.deepcopy(stats)
     gate = thresholds(stats, min_gain_pct=min_gain_pct, max_drift_pct=max_drift_pct)
     out = copy.deepcopy(stats)
     out["gate"] = gate

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("analyze", "Statistics and report for samples collected elsewhere."),
     "engine-info": ("engine_info", "Engine build flags, SIMD path and model configs."),
     "serve": ("serve", "Serve the embedded engine over HTTP (llama.cpp and OpenAI APIs)."),
+    "calibrate": ("calibrate", "A/A brackets: noise floor, false-alarm rate, power, needed N."),
 }
 
 

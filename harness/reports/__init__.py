@@ -7,12 +7,20 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import UsageError
-from . import csv_, json_, markdown
+from . import calibration_md, csv_, json_, markdown
 from .base import ReportInput
 from .markdown import render_markdown
 
+
+def _markdown(inp: ReportInput) -> str:
+    """Markdown of a run, or of calibrate evidence (stats kind "calibration")."""
+    if inp.stats.get("kind") == "calibration":
+        return calibration_md.render(inp)
+    return markdown.render(inp)
+
+
 FORMATS: dict[str, Callable[[ReportInput], str]] = {
-    "md": markdown.render,
+    "md": _markdown,
     "json": json_.render,
     "csv": csv_.render,
 }

@@ -1,0 +1,413 @@
+"""Calibration statistics: the noise floor of A/A brackets, and the gate's false-qualification
+rate and power estimated by resampling that noise (stats.json of `calibrate` evidence).
+
+Calibration evidence holds K A/A brackets: every arm runs the protocol's reference
+configuration, so any gain or drift it shows is noise. From them:
+
+1. Noise floor: each repeat's spurious gain and drift (the protocol's own statistics), and
+   how many A/A repeats the real gate qualified (observed false qualifications).
+2. Simulation (two-stage hierarchical bootstrap; Davison & Hinkley 1997, "Bootstrap Methods
+   and their Application", section 3.8, resampling clustered data; Efron & Tibshirani 1993):
+   stage 1 draws one A/A repeat uniformly with replacement (keeping that bracket's real
+   between-block levels, i.e. its drift); stage 2 redraws, with replacement, the measured
+   values inside each of its blocks (sequential schedules) or its rounds (interleaved),
+   n per block scaled to the simulated N. The candidate's values are multiplied by
+   (1 + e/100) (higher is better) or (1 - e/100) (lower is better): a true effect of e %.
+   Each simulated bracket goes through the protocol's exact comparison and verdict code
+   (`analysis.comparison` + `analysis.verdict`, same gate, bootstrap and seed), with
+   identical responses and no failed requests assumed. The qualified fraction at e = 0 is
+   the false-qualification rate; at e > 0 it is the power. The same draws serve every
+   effect size (common random numbers), so the power curve is not noisier than it must be.
+3. Recommendation: the smallest N on a grid whose simulated power at the chosen effect
+   reaches the chosen power.
+
+Deterministic for a given protocol, samples and numpy/scipy (seeded PCG64), so `verify`
+recomputes it exactly. Pure: dicts in, dicts out; no IO.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from . import analysis, exactness, stats
+from . import schedule as schedule_mod
+from .environment import redact_env
+from .errors import UsageError
+
+KIND = "calibration"
+EFFECTS_PCT = (1.0, 2.0, 3.0, 5.0, 10.0)
+N_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 100)
+DEFAULTS = {"repeats": 10, "simulations": 1000, "seed": 0, "effects_pct": list(EFFECTS_PCT),
+            "target_effect_pct": 5.0, "target_power": 0.8, "max_false_rate_pct": 1.0,
+            "n_grid": list(N_GRID)}
+
+METHODS = {
+    "noise_floor": "each A/A repeat analysed exactly like a run (stats v2): spurious gain "
+                   "(candidate-position arm vs pooled references) and drift; quantiles numpy 'linear'",
+    "simulation": "two-stage hierarchical bootstrap (Davison & Hinkley 1997, sec. 3.8): draw an A/A "
+                  "repeat, then redraw values within each block (sequential schedules) or whole "
+                  "rounds (interleaved) with replacement; multiply the candidate by (1 + e/100) "
+                  "(higher is better) or (1 - e/100) (lower is better); decide with the protocol's "
+                  "own comparison and verdict; common random numbers across effects",
+    "false_qualification_rate": "share of simulated A/A brackets (e = 0) the gate qualifies",
+    "power": "share of simulated brackets with a true effect e the gate qualifies",
+    "recommended_n": "smallest N on n_grid whose simulated power at target_effect_pct reaches "
+                     "target_power, found by bisection over the grid (power assumed not to fall "
+                     "as N grows); N = measured requests per arm, warm-ups unchanged",
+}
+
+
+def _bad(field: str, expected: str, got: object) -> UsageError:
+    return UsageError("invalid value", file="protocol.json", field=field, expected=expected, got=got)
+
+
+def check_settings(protocol: dict) -> dict:
+    """The protocol's `calibration` table, validated (UsageError naming the field)."""
+    c = protocol.get("calibration")
+    if not isinstance(c, dict):
+        raise _bad("calibration", "a table", c)
+    for key in DEFAULTS:
+        if key not in c:
+            raise _bad(f"calibration.{key}", "a value", None)
+
+    def integer(key: str, lo: int) -> int:
+        v = c[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise _bad(f"calibration.{key}", f"an integer >= {lo}", v)
+        return v
+
+    def number(key: str, lo: float, hi: float, v=None) -> float:
+        v = c[key] if v is None else v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or not lo <= v <= hi:
+            raise _bad(f"calibration.{key}", f"a number {lo}..{hi}", v)
+        return float(v)
+
+    out = {"repeats": integer("repeats", 1), "simulations": integer("simulations", 1),
+           "seed": integer("seed", 0), "target_effect_pct": number("target_effect_pct", 0, 1000),
+           "target_power": number("target_power", 0, 1),
+           "max_false_rate_pct": number("max_false_rate_pct", 0, 100)}
+    for key in ("effects_pct", "n_grid"):
+        if not isinstance(c[key], list) or not c[key]:
+            raise _bad(f"calibration.{key}", "a non-empty list", c[key])
+    out["effects_pct"] = [number("effects_pct", 0, 1000, v) for v in c["effects_pct"]]
+    grid = c["n_grid"]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 100000 for n in grid) \
+            or grid != sorted(set(grid)):
+        raise _bad("calibration.n_grid", "ascending distinct integers 1..100000", grid)
+    out["n_grid"] = list(grid)
+    return out
+
+
+def is_calibration(protocol: object) -> bool:
+    """Whether a protocol.json is that of `calibrate` evidence."""
+    return isinstance(protocol, dict) and "calibration" in protocol
+
+
+def _repeat_of(s: dict, repeats: int, i: int) -> int:
+    r = s.get("repeat")
+    if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < repeats:
+        raise UsageError("invalid value", file="samples.jsonl", field=f"record {i + 1}: repeat",
+                         expected=f"an integer 0..{repeats - 1}", got=r)
+    return r
+
+
+def _quantiles(values: list[float]) -> dict:
+    """median, 95th percentile and maximum of |values| (None when there are none)."""
+    if not values:
+        return {"n": 0, "median_abs": None, "p95_abs": None, "max_abs": None}
+    a = np.abs(np.asarray(values, dtype=np.float64))
+    return {"n": int(a.size), "median_abs": float(np.median(a)),
+            "p95_abs": float(np.quantile(a, 0.95)), "max_abs": float(a.max())}
+
+
+# --------------------------------------------------------------------------- simulation
+
+class _Cells:
+    """One A/A repeat's measured values as resampling cells: blocks (sequential) or rounds."""
+
+    def __init__(self, records: list[dict], interleaved: bool) -> None:
+        self.interleaved = interleaved
+        if interleaved:  # a cell is a round: every arm's value in that round, kept together
+            rounds: dict[Any, list[dict]] = {}
+            for s in records:
+                rounds.setdefault(s.get("block"), []).append(s)
+            self.rounds = list(rounds.values())
+        else:  # a cell is one block (one worker visit) of one arm
+            blocks: dict[tuple, list[dict]] = {}
+            for s in records:
+                key = (s.get("block"), s["arm"]) if s.get("block") is not None else (s["arm"],)
+                blocks.setdefault(key, []).append(s)
+            self.blocks = [(cell[0].get("block"), cell[0]["arm"],
+                            np.asarray([float(x["value"]) for x in cell])) for cell in blocks.values()]
+
+    def draw(self, rng: np.random.Generator, scale: float) -> list[tuple]:
+        """Random index draws for one simulated bracket at N = scale x the measured N."""
+        if self.interleaved:
+            n = max(1, int(round(len(self.rounds) * scale)))
+            return [("rounds", rng.integers(0, len(self.rounds), size=n))]
+        return [(b, a, v, rng.integers(0, v.size, size=max(1, int(round(v.size * scale)))))
+                for b, a, v in self.blocks]
+
+    def records(self, draws: list[tuple], candidate: str, factor: float) -> list[dict]:
+        out: list[dict] = []
+        if self.interleaved:
+            for k, r in enumerate(draws[0][1]):
+                for s in self.rounds[int(r)]:
+                    v = float(s["value"]) * (factor if s["arm"] == candidate else 1.0)
+                    out.append({"seq": len(out), "arm": s["arm"], "phase": "measured", "group": None,
+                                "block": k, "index": k, "value": v, "ok": True})
+            return out
+        for block, arm, values, idx in draws:
+            f = factor if arm == candidate else 1.0
+            for j in idx:
+                out.append({"seq": len(out), "arm": arm, "phase": "measured", "group": None,
+                            "block": block, "index": len(out), "value": float(values[j]) * f,
+                            "ok": True})
+        return out
+
+
+def _qualifies(view: dict, records: list[dict]) -> bool:
+    """The protocol's verdict on simulated measured values (responses identical, no failures).
+
+    Same numbers as a run (analysis's reference units, stats.gain_pct / drift_pct /
+    bootstrap_gain_ci with the gate's settings) and the same `analysis.verdict`; the
+    bootstrap is skipped when the gain or drift conditions already fail, because every
+    condition must pass (the answer is the same, only cheaper). tests/test_calibration.py
+    checks it against the full `analysis.comparison` path.
+    """
+    gate, direction = view["gate"], view["direction"]
+    units = [u[2] for u in analysis._reference_units(view, records, None)]
+    pooled = [v for u in units for v in u]
+    cand = analysis._measured(records, view["candidate"], None)
+    if not pooled or not cand:
+        return False
+    ref_median, cand_median = float(np.median(pooled)), float(np.median(cand))
+    gain = stats.gain_pct(cand_median, ref_median, direction)
+    drift = None
+    if view["kind"] == "bracket":
+        if len(units) < 2:
+            return False
+        drift = stats.drift_pct(float(np.median(units[0])), float(np.median(units[-1])), ref_median)
+        if not (drift < gate["max_drift_pct"] and drift < gain / 2):
+            return False
+    if gain < gate["min_gain_pct"]:
+        return False
+    ci = stats.bootstrap_gain_ci(cand, pooled, direction, confidence=gate["confidence"],
+                                 resamples=gate["bootstrap_resamples"], seed=gate["seed"])
+    comp = {"group": None, "gain_pct": gain, "gain_reason": None, "drift_pct": drift,
+            "drift_reason": None,
+            "ci": {"confidence": ci.confidence, "low": ci.low, "high": ci.high, "reason": ci.reason}}
+    n = len(records)
+    result = {"kind": view["kind"], "gain_name": "gain", "comparisons": [comp],
+              "responses": {"identical": True, "hashed": n, "mismatches": 0, "first_mismatch": None},
+              "requests": {"total": n, "failed": 0, "cache_recorded": 0, "cache_hit_requests": 0}}
+    return bool(analysis.verdict(result, gate)["qualified"])
+
+
+def _qualifies_full(view: dict, records: list[dict]) -> bool:
+    """The same decision through the full analysis.comparison (the reference for tests)."""
+    comp = analysis.comparison(view, records, None)
+    n = len(records)
+    result = {"kind": view["kind"], "gain_name": "gain", "comparisons": [comp],
+              "responses": {"identical": True, "hashed": n, "mismatches": 0, "first_mismatch": None},
+              "requests": {"total": n, "failed": 0, "cache_recorded": 0, "cache_hit_requests": 0}}
+    return bool(analysis.verdict(result, view["gate"])["qualified"])
+
+
+def _factor(effect_pct: float, direction: str) -> float:
+    return 1.0 + effect_pct / 100.0 if direction == stats.HIGHER else 1.0 - effect_pct / 100.0
+
+
+def simulate(view: dict, cells: list[_Cells], effects_pct: list[float], *, simulations: int,
+             seed: int, scale: float = 1.0) -> list[int]:
+    """How many of `simulations` resampled brackets the gate qualifies, per effect size.
+
+    Args:
+        view: analysis.check_protocol() of the A/A protocol (gate, direction, candidate).
+        cells: one _Cells per A/A repeat.
+        effects_pct: true candidate effects in percent (0 = A/A: false qualifications).
+        simulations: resampled brackets per effect (the same draws for every effect).
+        seed: PCG64 seed; scale: simulated N / measured N.
+    Returns:
+        Qualified counts, one per effect.
+    """
+    rng = np.random.default_rng(seed)
+    counts = [0] * len(effects_pct)
+    for _ in range(simulations):
+        repeat = cells[int(rng.integers(0, len(cells)))]
+        draws = repeat.draw(rng, scale)
+        for k, e in enumerate(effects_pct):
+            counts[k] += _qualifies(view, repeat.records(draws, view["candidate"],
+                                                          _factor(e, view["direction"])))
+    return counts
+
+
+# --------------------------------------------------------------------------- stats.json
+
+def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
+            version: int = analysis.STATS_VERSION) -> dict:
+    """stats.json of calibrate evidence (see the module docstring for every method).
+
+    Args:
+        protocol: the A/A protocol.json (a bracket whose arms all run the reference
+            configuration) with its `calibration` table.
+        samples: samples.jsonl records of every repeat, each with `repeat`.
+        response_bytes: sha256 -> stored response bytes.
+        version: stats version (2 or later: calibration needs block-aware statistics).
+    Returns:
+        A JSON-ready dict with kind "calibration", the noise floor, observed and simulated
+        false-qualification rates, the power table, the recommended N and a verdict.
+    """
+    if version < 2:
+        raise _bad("version", "2 or later for calibration evidence", version)
+    settings = check_settings(protocol)
+    plain = {k: v for k, v in protocol.items() if k != "calibration"}
+    view = analysis.check_protocol(plain)
+    if view["kind"] != "bracket":
+        raise _bad("kind", "'bracket' (calibration runs A/A brackets)", view["kind"])
+    analysis.check_samples(samples, view)
+    repeats = settings["repeats"]
+    by_repeat: list[list[dict]] = [[] for _ in range(repeats)]
+    for i, s in enumerate(samples):
+        by_repeat[_repeat_of(s, repeats, i)].append(s)
+
+    rows, gains, drifts, cells = [], [], [], []
+    interleaved = view["schedule_kind"] == "interleaved"
+    for r, sub in enumerate(by_repeat):
+        if not sub:
+            raise _bad("calibration.repeats", f"samples for every repeat (none for repeat {r})", repeats)
+        res = analysis.compute(plain, sub, response_bytes, version=version)
+        comp = res["comparisons"][0]
+        rows.append({"repeat": r, "gain_pct": comp["gain_pct"], "drift_pct": comp["drift_pct"],
+                     "ci_low": comp["ci"]["low"], "ci_high": comp["ci"]["high"],
+                     "reference_median": comp["pooled_reference"]["median"],
+                     "candidate_median": comp["candidate"]["median"],
+                     "qualified": res["verdict"]["qualified"], "reasons": res["verdict"]["reasons"]})
+        if comp["gain_pct"] is not None:
+            gains.append(comp["gain_pct"])
+        if comp["drift_pct"] is not None:
+            drifts.append(comp["drift_pct"])
+        measured = [s for s in sorted(sub, key=lambda s: s.get("seq", 0))
+                    if s["phase"] == "measured" and s.get("ok", True)]
+        cells.append(_Cells(measured, interleaved))
+
+    sims = settings["simulations"]
+    effects = [0.0, *settings["effects_pct"]]
+    counts = simulate(view, cells, effects, simulations=sims, seed=settings["seed"])
+    false_rate = counts[0] / sims * 100.0
+    power = [{"effect_pct": e, "qualified": c, "simulations": sims, "power": c / sims}
+             for e, c in zip(effects[1:], counts[1:])]
+    n_measured = min(a["measured"] for a in protocol["arms"])
+    recommendation = _recommend(view, cells, settings, n_measured)
+    observed = sum(1 for row in rows if row["qualified"])
+    out = {
+        "schema": analysis.STATS_SCHEMA, "version": version, "kind": KIND,
+        "metric": view["metric"], "unit": analysis.unit_of(view["metric"]),
+        "direction": view["direction"],
+        "gain_name": "gain" if view["direction"] == stats.HIGHER else "lower time",
+        "decimals": view["decimals"], "methods": {**analysis.METHODS_V2, **METHODS},
+        "settings": settings, "schedule": view["schedule_kind"],
+        "measured_per_arm": n_measured,
+        "repeats": rows,
+        "noise_floor": {"gain_pct": _quantiles(gains), "drift_pct": _quantiles(drifts)},
+        "false_qualification": {
+            "observed": {"qualified": observed, "repeats": repeats,
+                         "rate_pct": observed / repeats * 100.0},
+            "simulated": {"qualified": counts[0], "simulations": sims, "rate_pct": false_rate}},
+        "power": power,
+        "recommendation": recommendation,
+        "responses": exactness.check(samples, set(view["references"]), response_bytes),
+        "requests": analysis._requests_json(samples),
+        "gate": view["gate"],
+    }
+    out["verdict"] = verdict(out)
+    return out
+
+
+def _recommend(view: dict, cells: list[_Cells], settings: dict, n_measured: int) -> dict:
+    """Smallest N on the grid reaching the target power at the target effect, by bisection
+    over the grid (assumes power does not fall as N grows; every N tried is listed)."""
+    effect, target, sims = settings["target_effect_pct"], settings["target_power"], settings["simulations"]
+    grid = settings["n_grid"]
+    tried: dict[int, float] = {}
+
+    def power_at(n: int) -> float:
+        if n not in tried:
+            count = simulate(view, cells, [effect], simulations=sims, seed=settings["seed"],
+                             scale=n / n_measured)[0]
+            tried[n] = count / sims
+        return tried[n]
+
+    lo, hi = 0, len(grid) - 1
+    if power_at(grid[hi]) < target:
+        return {"effect_pct": effect, "power": target, "n": None, "achieved_power": None,
+                "tried": [{"n": n, "power": p} for n, p in sorted(tried.items())],
+                "reason": f"no N up to {grid[-1]} reaches power {target:g} for a {effect:g}% "
+                          f"effect on this machine's noise"}
+    while lo < hi:  # invariant: grid[hi] reaches the target
+        mid = (lo + hi) // 2
+        if power_at(grid[mid]) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return {"effect_pct": effect, "power": target, "n": grid[hi], "achieved_power": tried[grid[hi]],
+            "tried": [{"n": n, "power": p} for n, p in sorted(tried.items())], "reason": None}
+
+
+def verdict(result: dict) -> dict:
+    """Is the gate sound on this machine? Conditions (reason when failed):
+    `responses_identical` (`responses_differ`, `responses_unhashed`; A/A arms must agree),
+    `requests_ok` (`failed_requests`), `false_qualification_rate` (`false_alarm_rate_high`:
+    the simulated rate must not exceed settings.max_false_rate_pct)."""
+    conds = []
+    resp, req = result["responses"], result["requests"]
+    if result["gate"]["require_identical"]:
+        ok = resp["identical"] is True
+        reason = "responses_unhashed" if resp["identical"] is None else "responses_differ"
+        conds.append(analysis._cond("responses_identical", None, ok, reason,
+                                    f"{resp['hashed']} hashed responses, {resp['mismatches']} differ"))
+    conds.append(analysis._cond("requests_ok", None, req["failed"] == 0, "failed_requests",
+                                f"{req['failed']} of {req['total']} requests failed"))
+    sim = result["false_qualification"]["simulated"]
+    limit = result["settings"]["max_false_rate_pct"]
+    ok = sim["rate_pct"] <= limit
+    conds.append(analysis._cond("false_qualification_rate", None, ok, "false_alarm_rate_high",
+                                f"simulated false-qualification rate {sim['rate_pct']:.2f}% "
+                                f"({sim['qualified']}/{sim['simulations']}) "
+                                f"{'is within' if ok else 'exceeds'} {limit:g}%"))
+    failed = [c for c in conds if not c["passed"]]
+    return {"qualified": not failed, "thresholds": {"max_false_rate_pct": limit},
+            "conditions": conds, "reasons": list(dict.fromkeys(c["reason"] for c in failed))}
+
+
+def aa_protocol(resolved: dict, settings: dict) -> dict:
+    """The A/A version of a bracket protocol: every arm runs the first reference arm's
+    configuration (env, engine args, program), ids/roles/counts/schedule unchanged; the
+    `calibration` table carries the settings and the original arms."""
+    if resolved["kind"] != "bracket":
+        raise UsageError("calibrate runs A/A brackets: it takes a bracket protocol, not "
+                         f"a {resolved['kind']} protocol", field="kind")
+    ref = next(a for a in resolved["arms"] if a["role"] == "reference")
+    arms = []
+    for arm in resolved["arms"]:
+        new = {**arm, "label": f"{arm['label']} (A/A: runs {ref['id']}'s configuration)"}
+        for key in ("env", "engine", "command", "url"):
+            if key in ref:
+                new[key] = ref[key]
+            else:
+                new.pop(key, None)
+        arms.append(new)
+    out = {**resolved, "arms": arms, "name": f"{resolved['name']}-calibration",
+           "description": f"A/A calibration of {resolved['name']}: every arm runs reference arm "
+                          f"{ref['id']}'s configuration"}
+    out["calibration"] = {**DEFAULTS, **settings, "reference_arm": ref["id"],
+                          "source_protocol": resolved["name"],
+                          "source_arms": [{**a, "env": redact_env(a.get("env", {}))}
+                                          for a in resolved["arms"]]}
+    problem = schedule_mod.check(out)
+    if problem:
+        raise UsageError(problem, field="schedule")
+    return out
