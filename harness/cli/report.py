@@ -10,7 +10,8 @@ from .verify import load_verified
 
 
 @click.command(help="Render a sealed, verified evidence directory as markdown (the PR report), "
-                    "JSON (stats + verdict + manifest SHA-256) or CSV (every request).")
+                    "JSON (stats + verdict + manifest SHA-256), CSV (every request) or HTML (one "
+                    "self-contained file with inline SVG plots).")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(sorted(FORMATS)), default="md", show_default=True)
 def command(directory: Path, fmt: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import UsageError
-from . import calibration_md, csv_, json_, markdown
+from . import calibration_md, csv_, html, json_, markdown
 from .base import ReportInput
 from .markdown import render_markdown
 
@@ -23,6 +23,7 @@ FORMATS: dict[str, Callable[[ReportInput], str]] = {
     "md": _markdown,
     "json": json_.render,
     "csv": csv_.render,
+    "html": html.render,   # self-contained, inline SVG plots (matplotlib, imported on use)
 }
 
 __all__ = ["FORMATS", "ReportInput", "render", "render_input", "render_markdown"]
