@@ -44,7 +44,7 @@ Scratch::Scratch(const ModelConfig& c) {
                                   size_t(2 * c.n_experts)});
     tmp.resize(need);
     logits.resize(W * c.vocab);
-    tok_stride = hc * d + d + size_t(c.hc_dyn_rows());
+    tok_stride = std::max(hc * d + d + size_t(c.hc_dyn_rows()), size_t(c.n_experts));
     tok_tmp_buf.resize(W * tok_stride);
     score_stride = size_t(max_comp + c.n_swa);
     score_buf.resize(W * size_t(c.n_heads) * score_stride);
@@ -77,6 +77,24 @@ State Model::new_state() const {
     return st;
 }
 
+void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc) const {
+    const ModelConfig& c = cfg_;
+    const int d = c.d_model, hc = c.hc_mult, rows = c.hc_dyn_rows();
+    ThreadPool* pool = pool_.get();
+    // Per token: mean stream (tok_tmp[0, d)), dyn coefficients (tok_tmp[d, d + rows)).
+    par_items(pool, w, [&](int j) { hc_mean_norm(c, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j)); });
+    par_items(pool, w * rows, [&](int item) {  // the F32 dyn projection, one (token, row) each
+        const int j = item / rows, r = item % rows;
+        float* t = sc.tok_tmp(j);
+        t[d + r] = dot_f32(&p.w_dyn[size_t(r) * d], t, d);
+    });
+    par_items(pool, w, [&](int j) {
+        hc_mix(c, p, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j) + d, &sc.xin[size_t(j) * d],
+               &sc.post[size_t(j) * hc], &sc.M[size_t(j) * hc * hc]);
+        rms_norm(&sc.xin[size_t(j) * d], norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
+    });
+}
+
 void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc,
                                StepStats& stats) const {
     const ModelConfig& c = cfg_;
@@ -87,11 +105,7 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        par_items(pool, w, [&](int j) {
-            hc_pre(c, L.hc_attn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
-                   &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
-            rms_norm(&sc.xin[size_t(j) * d], L.attn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
-        });
+        hc_pre_step(L.hc_attn, L.attn_norm, w, sc);
     }
     {
         OpTimer t(stats, kOpPerToken);
@@ -162,11 +176,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        par_items(pool, w, [&](int j) {
-            hc_pre(c, L.hc_ffn, &sc.X[size_t(j) * hc * d], &sc.xin[size_t(j) * d], &sc.post[size_t(j) * hc],
-                   &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
-            rms_norm(&sc.xin[size_t(j) * d], L.ffn_norm.data(), &sc.xn[size_t(j) * d], d, c.norm_eps);
-        });
+        hc_pre_step(L.hc_ffn, L.ffn_norm, w, sc);
     }
     {
         OpTimer t(stats, kOpPerToken);
@@ -175,9 +185,14 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     {
         OpTimer t(stats, kOpRouter);
         const bool hash = l < c.n_hash_layers;
+        const int E = c.n_experts;
+        par_items(pool, w * E, [&](int item) {  // router dot products, one (token, expert) each
+            const int j = item / E, e = item % E;
+            sc.tok_tmp(j)[e] = dot_f32(&L.router[size_t(e) * d], &sc.xn[size_t(j) * d], d);
+        });
         for (int j = 0; j < w; ++j)
-            route_token(c, L, hash, &sc.xn[size_t(j) * d], tokens[j], &sc.ids[size_t(j) * K],
-                        &sc.wts[size_t(j) * K], sc.tmp.data());
+            route_from_logits(c, L, hash, sc.tok_tmp(j), tokens[j], &sc.ids[size_t(j) * K],
+                              &sc.wts[size_t(j) * K], sc.tmp.data());
     }
     if (rid) {
         for (int j = 0; j < w; ++j)

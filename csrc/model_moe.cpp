@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "model_ops.h"
 #include "model_parallel.h"
@@ -11,11 +12,19 @@ namespace dq {
 
 void route_token(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* xn,
                  int token, int32_t* ids, float* wts, float* scratch) {
-    const int E = c.n_experts, K = c.top_k, d = c.d_model;
+    const int E = c.n_experts, d = c.d_model;
+    std::vector<float> logits(E);
+    for (int e = 0; e < E; ++e) logits[e] = dot_f32(&w.router[size_t(e) * d], xn, d);
+    route_from_logits(c, w, hash_layer, logits.data(), token, ids, wts, scratch);
+}
+
+void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* logits,
+                       int token, int32_t* ids, float* wts, float* scratch) {
+    const int E = c.n_experts, K = c.top_k;
     float* score = scratch;
     float* sel = scratch + E;
     for (int e = 0; e < E; ++e) {
-        score[e] = sqrt_softplus(dot_f32(&w.router[size_t(e) * d], xn, d));
+        score[e] = sqrt_softplus(logits[e]);
         sel[e] = score[e] + w.router_bias[e];
     }
     if (hash_layer) {

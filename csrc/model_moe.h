@@ -15,6 +15,10 @@ namespace dq {
 // xn: [d] normed FFN input; ids/wts: [top_k]; scratch: [2 * n_experts].
 void route_token(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* xn,
                  int token, int32_t* ids, float* wts, float* scratch);
+// route_token after its router dot products: logits[e] = router[e] . xn (computed by the caller,
+// possibly spread over threads). scratch: [2 * n_experts].
+void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* logits,
+                       int token, int32_t* ids, float* wts, float* scratch);
 
 struct MoeScratch {
     BlockQ8_0* xg;   // [w, d/32] gathered activations

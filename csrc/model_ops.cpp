@@ -72,11 +72,8 @@ namespace {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace
 
-void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in, float* post,
-            float* M, float* tmp) {
+void hc_mean_norm(const ModelConfig& c, const float* X, float* mean) {
     const int hc = c.hc_mult, d = c.d_model;
-    float* mean = tmp;       // [d]
-    float* dyn = tmp + d;    // [dyn_rows]
     const float inv_hc = 1.0f / float(hc);
     // Loops run stream-outer / channel-inner so they vectorize over channels; each element
     // still accumulates streams in order 0..hc-1 (same bits as the channel-outer form).
@@ -87,8 +84,11 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
     }
     for (int k = 0; k < d; ++k) mean[k] *= inv_hc;
     rms_norm(mean, nullptr, mean, d, c.norm_eps);
-    const int rows = c.hc_dyn_rows();
-    for (int r = 0; r < rows; ++r) dyn[r] = dot_f32(&p.w_dyn[size_t(r) * d], mean, d);
+}
+
+void hc_mix(const ModelConfig& c, const HCParams& p, const float* X, const float* dyn, float* x_in,
+            float* post, float* M) {
+    const int hc = c.hc_mult, d = c.d_model;
     float pre[64];
     for (int i = 0; i < hc; ++i) {
         pre[i] = sigmoid(p.static_pre[i] + p.dyn_scale * dyn[i]);
@@ -119,6 +119,16 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
         const float pi = pre[i];
         for (int k = 0; k < d; ++k) x_in[k] += pi * xi[k];
     }
+}
+
+void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in, float* post,
+            float* M, float* tmp) {
+    const int d = c.d_model;
+    float* mean = tmp;     // [d]
+    float* dyn = tmp + d;  // [dyn_rows]
+    hc_mean_norm(c, X, mean);
+    for (int r = 0; r < c.hc_dyn_rows(); ++r) dyn[r] = dot_f32(&p.w_dyn[size_t(r) * d], mean, d);
+    hc_mix(c, p, X, dyn, x_in, post, M);
 }
 
 void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,

@@ -36,6 +36,12 @@ int argmax_f32(const float* x, int n);
 // from the mean stream, and x_in = sum_i pre[i] * X[i]. tmp: [d + dyn_rows] scratch.
 void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in, float* post,
             float* M, float* tmp);
+// The three stages of hc_pre, so callers can spread the dyn dot products over threads:
+// mean = rmsnorm(mean_i X[i]) [d]; dyn[r] = dot(w_dyn[r], mean) [dyn_rows]; then hc_mix
+// turns dyn into pre/post/M and x_in.
+void hc_mean_norm(const ModelConfig& c, const float* X, float* mean);
+void hc_mix(const ModelConfig& c, const HCParams& p, const float* X, const float* dyn, float* x_in,
+            float* post, float* M);
 // hc_post: X[i] <- sum_j M[i,j] X[j] + post[i] * out. tmp: [hc * d] scratch.
 void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,
              float* tmp);

@@ -9,8 +9,8 @@ namespace dq {
 
 namespace {
 // Below this many Q8_0 blocks a dispatch costs more than it saves.
-constexpr int kMinParallelBlocks = 48;
-constexpr int kBlockGrain = 8;
+constexpr int kMinParallelBlocks = 16;
+constexpr int kBlockGrain = 4;
 }  // namespace
 
 void par_items(ThreadPool* pool, int n, const std::function<void(int)>& fn) {
