@@ -6,6 +6,7 @@ and renaming to `<name>/`; a crashed run therefore never looks sealed.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -144,11 +145,16 @@ class EvidenceWriter:
         target = self._target(rel, _internal)
         self._tmp_counter += 1
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{self._tmp_counter}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:  # e.g. ENOSPC: leave no temp file behind, keep the old target
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def write_text(self, rel: str, text: str, *, _internal: bool = False) -> None:
         """Write UTF-8 text atomically."""
@@ -162,10 +168,21 @@ class EvidenceWriter:
         """Append one JSON line and flush + fsync, so a crash loses at most this record."""
         target = self._target(rel)
         line = json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-        with open(target, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        # unbuffered: a buffered file would retry a failed tail on close, after the truncate
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(line.encode("utf-8"))
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except BaseException:  # e.g. ENOSPC: drop the torn record, keep the earlier ones
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
 
     def store_response(self, data: bytes) -> str:
         """Store response bytes once as responses/<sha256>.bin; return the hex digest."""
@@ -176,9 +193,21 @@ class EvidenceWriter:
         return digest
 
     def mark_incomplete(self, reason: str) -> None:
-        """Record why this run is not sealed; the directory stays `.partial` for good."""
-        self.write_text(INCOMPLETE, reason, _internal=True)
+        """Record why this run is not sealed; the directory stays `.partial` for good.
+
+        If the atomic write fails (a full disk has no room for a temp file), the reason is
+        written over the existing marker in place, which needs no new blocks for a short text.
+        """
         self._incomplete = True
+        try:
+            self.write_text(INCOMPLETE, reason, _internal=True)
+        except OSError:
+            data = reason.encode("utf-8")[:4000]
+            with open(self.path / INCOMPLETE, "r+b") as f:
+                f.write(data)
+                f.truncate(len(data))
+                f.flush()
+                os.fsync(f.fileno())
 
     # -- sealing -----------------------------------------------------------------------
     def seal(self) -> tuple[Path, str]:

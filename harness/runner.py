@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 from . import environment, schedule
 from .errors import QualifyError, RunFailed
-from .targets import Request, Response, Target, make_target
+from .targets import Request, Response, Target, TargetError, make_target
 
 MakeTarget = Callable[[dict, dict], Target]
 
@@ -217,7 +217,16 @@ class Runner:
                           options=options)
         t_start = _utc_now()
         t0 = time.perf_counter()
-        response = target.run_once(request)
+        try:
+            response = target.run_once(request)
+        except TargetError:
+            # the wait was cut short by the arm's deadline: name the arm timeout, not the request
+            if (request.timeout_s < proto["timeouts"]["request_s"]
+                    and time.monotonic() >= self._deadline[arm["id"]]):
+                raise RunFailed(f"arm {arm['id']}: arm timeout of "
+                                f"{proto['timeouts']['arm_s']:g} s exceeded while waiting for "
+                                f"the response to request {request.id}") from None
+            raise
         wall_ms = (time.perf_counter() - t0) * 1e3
         value = metric_value(proto["metric"], response)
         sha = self.writer.store_response(response.data)
@@ -349,7 +358,7 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
         raise RunFailed(f"run failed: {exc}; evidence left incomplete in {partial}",
                         evidence_dir=partial) from None
     except OSError as exc:
-        _abandon(runner, writer, f"failed: {exc}")
+        _abandon(runner, writer, f"failed: writing evidence: {exc}")
         raise RunFailed(f"run failed writing evidence: {exc}; evidence left incomplete in "
                         f"{partial}", evidence_dir=partial) from None
     except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live

@@ -26,6 +26,8 @@ from .base import Request, Response, Target, TargetError
 GRACE_S = 5.0        # after closing stdin, how long the worker may take to exit by itself
 TERM_GRACE_S = 3.0   # after SIGTERM, before SIGKILL
 LOG_TAIL = 300       # characters of the worker's stderr quoted in a failure reason
+POLL_S = 0.25        # while waiting for a line, how often to check that the worker still runs
+EXIT_DRAIN_S = 0.5   # after the worker exited, how long its last lines may take to be read
 
 
 def arm_environment(base: dict[str, str], arm_env: dict[str, str | None]) -> dict[str, str]:
@@ -161,9 +163,26 @@ class WorkerTarget(Target):
         finally:
             self._lines.put(None)
 
+    def _next_line(self, timeout_s: float) -> bytes | None:
+        """The next stdout line (None at EOF). A worker that exited counts as EOF even when a
+        child it left behind still holds the pipe open. Raises queue.Empty on timeout."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._lines.get(timeout=max(min(left, POLL_S), 0.0))
+            except queue.Empty:
+                if self.proc is not None and self.proc.poll() is not None:
+                    try:  # whatever it wrote before exiting is already in the pipe
+                        return self._lines.get(timeout=EXIT_DRAIN_S)
+                    except queue.Empty:
+                        return None
+                if left <= POLL_S:
+                    raise
+
     def _next_record(self, timeout_s: float, what: str) -> dict[str, Any]:
         try:
-            line = self._lines.get(timeout=max(timeout_s, 0.0))
+            line = self._next_line(timeout_s)
         except queue.Empty:
             raise TargetError(f"arm {self.arm_id}: timed out after {timeout_s:g} s waiting "
                               f"for {what}") from None
