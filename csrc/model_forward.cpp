@@ -95,12 +95,25 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
     });
 }
 
+void Model::hc_post_step(int w, Scratch& sc) const {
+    const ModelConfig& c = cfg_;
+    const int d = c.d_model, hc = c.hc_mult;
+    // New streams into tok_tmp (one (token, stream) item each), then copied back over X.
+    par_items(pool_.get(), w * hc, [&](int item) {
+        const int j = item / hc, i = item % hc;
+        hc_post_stream(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
+                       &sc.M[size_t(j) * hc * hc], i, sc.tok_tmp(j) + size_t(i) * d);
+    });
+    for (int j = 0; j < w; ++j)
+        std::memcpy(&sc.X[size_t(j) * hc * d], sc.tok_tmp(j), sizeof(float) * size_t(hc) * d);
+}
+
 void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc,
                                StepStats& stats) const {
     const ModelConfig& c = cfg_;
     const LayerWeights& L = w_.layers[l];
     LayerState& ls = st.layers[l];
-    const int d = c.d_model, hc = c.hc_mult, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
+    const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
     const size_t half = size_t(c.rope_dim / 2);
     ThreadPool* pool = pool_.get();
     {
@@ -162,17 +175,14 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     }
     mm(L.w_o, sc.attn_q.data(), w, sc.o.data());
     OpTimer t(stats, kOpHC);
-    par_items(pool, w, [&](int j) {
-        hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
-                &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
-    });
+    hc_post_step(w, sc);
 }
 
 void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const Matmul& mm, Scratch& sc,
                          int32_t* rid, float* rw, size_t route_stride, StepStats& stats) const {
     const ModelConfig& c = cfg_;
     const LayerWeights& L = w_.layers[l];
-    const int d = c.d_model, hc = c.hc_mult, K = c.top_k;
+    const int d = c.d_model, K = c.top_k;
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
@@ -204,10 +214,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(), sc.ey.data()};
     moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
     OpTimer t(stats, kOpHC);
-    par_items(pool, w, [&](int j) {
-        hc_post(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
-                &sc.M[size_t(j) * hc * hc], sc.tok_tmp(j));
-    });
+    hc_post_step(w, sc);
 }
 
 void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mode, Scratch& sc,

@@ -72,6 +72,8 @@ private:
     // HC pre-mix + sublayer input norm for w tokens: sc.X -> sc.xin (mixed), sc.xn (normed),
     // sc.post / sc.M (per-token mixing for hc_post).
     void hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc) const;
+    // HC post-mix for w tokens: X[j] <- M_j X[j] + post_j * o[j].
+    void hc_post_step(int w, Scratch& sc) const;
     void attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc, StepStats& stats) const;
     void ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const Matmul& mm, Scratch& sc,
                       int32_t* rid, float* rw, size_t route_stride, StepStats& stats) const;

@@ -131,20 +131,23 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
     hc_mix(c, p, X, dyn, x_in, post, M);
 }
 
+void hc_post_stream(const ModelConfig& c, const float* X, const float* out, const float* post,
+                    const float* M, int i, float* dst) {
+    const int hc = c.hc_mult, d = c.d_model;
+    for (int k = 0; k < d; ++k) dst[k] = 0.0f;
+    for (int j = 0; j < hc; ++j) {  // vectorizes over k; per element j runs in order
+        const float mij = M[i * hc + j];
+        const float* xj = X + size_t(j) * d;
+        for (int k = 0; k < d; ++k) dst[k] += mij * xj[k];
+    }
+    const float pi = post[i];
+    for (int k = 0; k < d; ++k) dst[k] += pi * out[k];
+}
+
 void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,
              float* tmp) {
     const int hc = c.hc_mult, d = c.d_model;
-    for (int i = 0; i < hc; ++i) {
-        float* dst = tmp + size_t(i) * d;
-        for (int k = 0; k < d; ++k) dst[k] = 0.0f;
-        for (int j = 0; j < hc; ++j) {  // vectorizes over k; per element j runs in order
-            const float mij = M[i * hc + j];
-            const float* xj = X + size_t(j) * d;
-            for (int k = 0; k < d; ++k) dst[k] += mij * xj[k];
-        }
-        const float pi = post[i];
-        for (int k = 0; k < d; ++k) dst[k] += pi * out[k];
-    }
+    for (int i = 0; i < hc; ++i) hc_post_stream(c, X, out, post, M, i, tmp + size_t(i) * d);
     std::memcpy(X, tmp, sizeof(float) * size_t(hc) * d);
 }
 

@@ -43,6 +43,9 @@ void hc_mean_norm(const ModelConfig& c, const float* X, float* mean);
 void hc_mix(const ModelConfig& c, const HCParams& p, const float* X, const float* dyn, float* x_in,
             float* post, float* M);
 // hc_post: X[i] <- sum_j M[i,j] X[j] + post[i] * out. tmp: [hc * d] scratch.
+// hc_post_stream writes one new stream i into dst [d] without touching X.
+void hc_post_stream(const ModelConfig& c, const float* X, const float* out, const float* post,
+                    const float* M, int i, float* dst);
 void hc_post(const ModelConfig& c, float* X, const float* out, const float* post, const float* M,
              float* tmp);
 
