@@ -87,8 +87,8 @@ def test_csv_report_feeds_analyze_columns(evidence):
 
 
 def test_registry_and_unknown_format(evidence):
-    assert sorted(FORMATS) == ["csv", "json", "md"]
-    with pytest.raises(UsageError, match=r"--format: unknown report format \(expected md \| json \| csv, got 'pdf'\)"):
+    assert sorted(FORMATS) == ["csv", "html", "json", "md"]
+    with pytest.raises(UsageError, match=r"--format: unknown report format \(expected md \| json \| csv \| html, got 'pdf'\)"):
         render(evidence, "pdf")
 
 
