@@ -109,9 +109,10 @@ def time_plot(samples: list[dict], arms: list[dict], group, unit: str, metric: s
                            facecolors=color if filled else "none", edgecolors=color,
                            label=arm["label"] if filled else None)
     last = None
+    few = len({s.get("block") for s in recs}) <= 20   # interleaved rounds would only clutter
     for s in recs:
         b = s.get("block")
-        if last is not None and b is not None and b != last and s.get("repeat") is None:
+        if few and last is not None and b is not None and b != last:
             ax.axvline(s["seq"] - 0.5, color="#999", ls="--", lw=0.6)
         last = b
     ax.set_xlabel("request (seq, time order)")
