@@ -1,0 +1,129 @@
+"""Benchmark (not a test): does calibrate's predicted power match reality?
+
+Runs PAIRS pairs of brackets of a protocol, alternating so both see the same machine state:
+an A/A bracket (every arm the reference configuration, exactly as `calibrate` runs it) and
+an effect bracket where the reference arms carry a real, injected TEST ONLY prefill
+slowdown (DFLASH_DS4_TEST_SLOWDOWN_PCT = S on A and B: the engine busy-waits S% of each
+measured prefill and reports it), so the candidate position is truly S% faster in
+tok/s (gain = (1 + S/100) - 1 = S%). Then:
+
+- predicted power: harness.calibration on the A/A brackets (two-stage hierarchical
+  bootstrap of their noise, candidate x (1 + S/100), the protocol's own verdict);
+- detection rate: the share of effect brackets the protocol's gate qualified
+  (analysis.compute, the same code `run` uses).
+
+    python bench/calibration_power.py [--protocol exact-bands-quick] [--pairs 30]
+        [--slowdown 5] [--simulations 1000] [--json OUT.json]
+
+Target (issue 8): |detection rate - predicted power| <= 10 percentage points. Exit 0 when
+met, 1 when not. Nothing is written to evidence/; --json saves the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import sys
+import time
+
+from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN
+from dflash_qualify.harness import analysis, calibration
+from dflash_qualify.harness import protocol as protocol_mod
+from dflash_qualify.harness.runner import Runner
+
+
+class MemoryWriter:
+    """What the Runner writes, kept in memory (samples, responses; logs dropped)."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, bytes] = {}
+        self.path = None
+
+    def append_jsonl(self, rel: str, record: dict) -> None:
+        pass  # the runner keeps its own records
+
+    def write_text(self, rel: str, text: str) -> None:
+        pass
+
+    def store_response(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        self.responses[sha] = data
+        return sha
+
+
+def effect_protocol(aa: dict, slowdown_pct: float) -> dict:
+    """The A/A protocol with a TEST ONLY slowdown on every reference arm."""
+    out = copy.deepcopy({k: v for k, v in aa.items() if k != "calibration"})
+    for arm in out["arms"]:
+        if arm["role"] == "reference":
+            arm["env"] = {**arm["env"], ENV_TEST_SLOWDOWN: f"{slowdown_pct:g}"}
+            arm["label"] += f" + TEST ONLY {slowdown_pct:g}% prefill slowdown"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--protocol", default="exact-bands-quick")
+    ap.add_argument("--pairs", type=int, default=30)
+    ap.add_argument("--slowdown", type=float, default=5.0)
+    ap.add_argument("--simulations", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmups", type=int, default=None)
+    ap.add_argument("--measured", type=int, default=None)
+    ap.add_argument("--json", dest="json_out", default=None)
+    args = ap.parse_args(argv)
+
+    loaded = protocol_mod.load(args.protocol, warmups=args.warmups, measured=args.measured)
+    settings = {"repeats": args.pairs, "simulations": args.simulations, "seed": args.seed,
+                "effects_pct": [args.slowdown], "target_effect_pct": args.slowdown}
+    aa = calibration.aa_protocol(loaded.resolved, settings)
+    slow = effect_protocol(aa, args.slowdown)
+    aa_plain = {k: v for k, v in aa.items() if k != "calibration"}
+    writer = MemoryWriter()
+    aa_samples: list[dict] = []
+    detected, gains = [], []
+    t0 = time.monotonic()
+    for k in range(args.pairs):
+        runner = Runner(aa_plain, writer)
+        aa_samples += [{**s, "repeat": k, "seq": s["seq"] + len(aa_samples)} for s in runner.run()]
+        effect_samples = Runner(slow, writer).run()
+        stats = analysis.compute(slow, effect_samples, writer.responses.__getitem__)
+        detected.append(bool(stats["verdict"]["qualified"]))
+        gains.append(stats["comparisons"][0]["gain_pct"])
+        print(f"pair {k + 1}/{args.pairs}: effect bracket gain {gains[-1]:.2f}% "
+              f"{'QUALIFIED' if detected[-1] else 'not qualified ' + str(stats['verdict']['reasons'])}",
+              flush=True)
+    cal = calibration.compute(aa, aa_samples, writer.responses.__getitem__)
+    predicted = cal["power"][0]["power"]
+    rate = sum(detected) / len(detected)
+    se = math.sqrt(max(rate * (1 - rate), 1e-12) / len(detected))
+    diff = abs(rate - predicted) * 100
+    ok = diff <= 10.0
+    print()
+    print(f"protocol {aa_plain['name']} (N = {cal['measured_per_arm']} per arm, schedule "
+          f"{cal['schedule']}), {args.pairs} A/A + {args.pairs} effect brackets interleaved, "
+          f"{time.monotonic() - t0:.0f} s")
+    print(f"A/A noise: median |spurious gain| {cal['noise_floor']['gain_pct']['median_abs']:.2f}%, "
+          f"median drift {cal['noise_floor']['drift_pct']['median_abs']:.2f}%; simulated "
+          f"false-qualification rate {cal['false_qualification']['simulated']['rate_pct']:.2f}%")
+    print(f"median measured gain of the effect brackets: "
+          f"{sorted(gains)[len(gains) // 2]:.2f}% (injected {args.slowdown:g}%)")
+    print(f"predicted power at {args.slowdown:g}% (calibrate, {args.simulations} simulations): "
+          f"{predicted * 100:.1f}%")
+    print(f"detection rate of the real {args.slowdown:g}% effect: {sum(detected)}/{len(detected)} = "
+          f"{rate * 100:.1f}% (binomial s.e. {se * 100:.1f} points)")
+    print(f"difference {diff:.1f} points: {'within' if ok else 'NOT within'} 10 points")
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as f:
+            json.dump({"protocol": aa_plain["name"], "pairs": args.pairs, "slowdown_pct": args.slowdown,
+                       "predicted_power": predicted, "detection_rate": rate, "detected": detected,
+                       "effect_gains_pct": gains, "difference_points": diff,
+                       "noise_floor": cal["noise_floor"], "false_qualification": cal["false_qualification"],
+                       "power": cal["power"]}, f, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
