@@ -162,10 +162,12 @@ class Runner:
         target = self._start(arm)
         if visit.visits > 1:  # logs/<arm>.log for one visit; logs/<arm>.<k>.log for several
             self._log_names[id(target)] = f"{arm['id']}.{visit.visit + 1}"
+        # index counts an arm's requests across its visits, so progress shows "4/5" overall
+        totals = {"warmup": visit.warmups * visit.visits, "measured": arm["measured"]}
         for phase, count in (("warmup", visit.warmups), ("measured", visit.measured)):
             for _ in range(count):
                 index = self._next_index(arm["id"], phase)
-                self._request(target, arm, prompt, phase, index, count, group=None,
+                self._request(target, arm, prompt, phase, index, totals[phase], group=None,
                               block=visit.block)
         self._stop(target)
         self._event("arm_end", arm)
