@@ -18,7 +18,7 @@ from ..errors import QualifyError
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Run a qualification protocol and write sealed evidence."),
     "verify": ("verify", "Re-hash and recompute an evidence directory."),
-    "report": ("report", "Render an evidence directory as md, json or csv."),
+    "report": ("report", "Render an evidence directory as md, json, csv or html."),
     "gate": ("gate", "Turn an evidence directory's verdict into an exit code."),
     "analyze": ("analyze", "Statistics and report for samples collected elsewhere."),
     "engine-info": ("engine_info", "Engine build flags, SIMD path and model configs."),
