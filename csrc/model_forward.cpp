@@ -87,7 +87,7 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
         const int j = item / rows, r = item % rows;
         float* t = sc.tok_tmp(j);
         t[d + r] = dot_f32(&p.w_dyn[size_t(r) * d], t, d);
-    });
+    }, 2 * rows);  // one token's 24 short dots run inline
     par_items(pool, w, [&](int j) {
         hc_mix(c, p, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j) + d, &sc.xin[size_t(j) * d],
                &sc.post[size_t(j) * hc], &sc.M[size_t(j) * hc * hc]);
@@ -103,7 +103,7 @@ void Model::hc_post_step(int w, Scratch& sc) const {
         const int j = item / hc, i = item % hc;
         hc_post_stream(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
                        &sc.M[size_t(j) * hc * hc], i, sc.tok_tmp(j) + size_t(i) * d);
-    });
+    }, 2 * hc);
     for (int j = 0; j < w; ++j)
         std::memcpy(&sc.X[size_t(j) * hc * d], sc.tok_tmp(j), sizeof(float) * size_t(hc) * d);
 }
@@ -199,7 +199,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
         par_items(pool, w * E, [&](int item) {  // router dot products, one (token, expert) each
             const int j = item / E, e = item % E;
             sc.tok_tmp(j)[e] = dot_f32(&L.router[size_t(e) * d], &sc.xn[size_t(j) * d], d);
-        });
+        }, 2 * E);
         for (int j = 0; j < w; ++j)
             route_from_logits(c, L, hash, sc.tok_tmp(j), tokens[j], &sc.ids[size_t(j) * K],
                               &sc.wts[size_t(j) * K], sc.tmp.data());

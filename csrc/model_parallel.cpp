@@ -13,8 +13,8 @@ constexpr int kMinParallelBlocks = 16;
 constexpr int kBlockGrain = 4;
 }  // namespace
 
-void par_items(ThreadPool* pool, int n, const std::function<void(int)>& fn) {
-    if (!pool || pool->size() == 1 || n <= 1) {
+void par_items(ThreadPool* pool, int n, const std::function<void(int)>& fn, int min_items) {
+    if (!pool || pool->size() == 1 || n <= 1 || n < min_items) {
         for (int i = 0; i < n; ++i) fn(i);
         return;
     }

@@ -9,8 +9,9 @@
 
 namespace dq {
 
-// fn(i) for every i in [0, n); inline when there is no pool or only one item.
-void par_items(ThreadPool* pool, int n, const std::function<void(int)>& fn);
+// fn(i) for every i in [0, n); inline when there is no pool or fewer than min_items items
+// (a pool dispatch costs microseconds: tiny per-token work runs faster on the caller).
+void par_items(ThreadPool* pool, int n, const std::function<void(int)>& fn, int min_items = 2);
 
 // Quantizes nrows contiguous rows of k floats (x [nrows, k] -> y [nrows, k/32] blocks) with
 // dq::quantize_row_q8_0 on block ranges: blocks are independent, so the bytes equal row-by-row
