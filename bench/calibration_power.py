@@ -17,6 +17,14 @@ tok/s (gain = (1 + S/100) - 1 = S%). Then:
 
 Target (issue 8): |detection rate - predicted power| <= 10 percentage points. Exit 0 when
 met, 1 when not. Nothing is written to evidence/; --json saves the numbers.
+
+Results (2026-11-29, this repo's 2-core AMD EPYC VM shared with C++ compiles, load 3-5;
+30 pairs each; the detection rate's binomial s.e. is given):
+- exact-bands-quick (ABA), 5%: predicted 3.3%, detected 1/30 = 3.3% (s.e. 3.3): within.
+- exact-bands-quick with schedule = "interleaved", 5%: A/A median |gain| 1.22%, drift
+  1.10%; predicted 41.4%, detected 11/30 = 36.7% (s.e. 8.8): 4.7 points, within.
+- exact-bands-quick (ABA), --slowdown 20: predicted 12.9%, detected 7/30 = 23.3% (s.e. 7.7):
+  10.4 points, just outside (1.35 s.e.; the machine's load changed between runs).
 """
 from __future__ import annotations
 
