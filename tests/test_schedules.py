@@ -13,7 +13,7 @@ import pytest
 
 from dflash_qualify.harness import analysis, protocol, schedule
 from dflash_qualify.harness.errors import UsageError
-from dflash_qualify.harness.evidence import read_jsonl
+from dflash_qualify.harness.evidence import dumps_json, load_evidence, read_jsonl, sha256_file
 from dflash_qualify.harness.verify import verify
 
 EXE = str(Path(sys.executable).parent / "dflash-qualify")
@@ -177,10 +177,28 @@ def test_compare_reports_wilcoxon_per_group(evidence_factory):
 
 
 def test_version_1_evidence_still_verifies(tmp_path, evidence_factory):
+    """Evidence sealed before schedules (stats version 1) is recomputed the version-1 way."""
     d = evidence_factory.build(tmp_path / "ev", evidence_factory.QUALIFYING)
-    stats = json.loads((d / "stats.json").read_text())
-    assert stats["version"] == analysis.STATS_VERSION
-    assert verify(d).ok
+    ev = load_evidence(d)
+    v1 = analysis.compute(ev.protocol, ev.samples, ev.response_bytes, version=1)
+    assert v1["version"] == 1 and "blocks" not in v1["comparisons"][0]
+    (d / "stats.json").write_text(dumps_json(v1))
+    manifest = json.loads((d / "manifest.json").read_text())
+    size, digest = sha256_file(d / "stats.json")
+    for entry in manifest["files"]:
+        if entry["path"] == "stats.json":
+            entry.update(size=size, sha256=digest)
+    (d / "manifest.json").write_text(dumps_json(manifest))
+    result = verify(d)
+    assert result.ok, [str(p) for p in result.problems]
+    v1["comparisons"][0]["drift_pct"] = 0.5   # and a forged v1 file is still caught
+    (d / "stats.json").write_text(dumps_json(v1))
+    size, digest = sha256_file(d / "stats.json")
+    for entry in manifest["files"]:
+        if entry["path"] == "stats.json":
+            entry.update(size=size, sha256=digest)
+    (d / "manifest.json").write_text(dumps_json(manifest))
+    assert any("comparisons[0].drift_pct" in str(p) for p in verify(d).problems)
 
 
 # ---------------------------------------------------------------------------- end to end
