@@ -11,6 +11,7 @@
 #include "model_forward.h"
 #include "model_scheduler.h"
 #include "model_session.h"
+#include "model_trace.h"
 
 namespace py = pybind11;
 using namespace dq;
@@ -178,7 +179,29 @@ PYBIND11_MODULE(_core, m) {
                  std::string_view v = b;
                  s.restore(reinterpret_cast<const uint8_t*>(v.data()), v.size());
              })
-        .def("state", &session_state);
+        .def("state", &session_state)
+        .def("set_trace", [](Session& s, TraceCapture* t) { s.set_trace(t); }, py::arg("trace").none(true),
+             py::keep_alive<1, 2>());
+
+    py::class_<TraceCapture>(m, "TraceCapture")
+        .def(py::init([](const Model& mdl) { return std::make_unique<TraceCapture>(mdl.config()); }),
+             py::arg("model"), py::keep_alive<1, 2>())
+        .def("set_perturb",
+             [](TraceCapture& t, int step, int layer, int token, const std::string& tensor, int64_t index) {
+                 t.perturb = TracePerturb{true, step, layer, token, tensor, index};
+             },
+             py::arg("step"), py::arg("layer"), py::arg("token"), py::arg("tensor"), py::arg("index"))
+        .def("take", [](TraceCapture& t) {  // moves the captured steps and tensors out
+            py::list steps, recs;
+            for (const TraceStep& s : t.steps)
+                steps.append(py::make_tuple(s.step, s.pos0, s.width, s.mmq, s.tokens));
+            for (const TraceTensor& r : t.records)
+                recs.append(py::make_tuple(r.tensor, r.step, r.layer, r.pos, std::string(1, r.dtype), r.shape,
+                                           py::bytes(reinterpret_cast<const char*>(r.data.data()), r.data.size())));
+            t.steps.clear();
+            t.records.clear();
+            return py::make_tuple(steps, recs);
+        });
 
     dq::bind_kernels(m);
 }

@@ -10,6 +10,7 @@
 #include "model_moe.h"
 #include "model_ops.h"
 #include "model_parallel.h"
+#include "model_trace.h"
 
 namespace dq {
 
@@ -234,7 +235,9 @@ void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mod
     }
     for (int l = 0; l < c.n_layers; ++l) {
         attention_sublayer(st, l, w, mm, sc, stats);
+        if (sc.trace) sc.trace->on_sublayer(l, 0, st, sc, w);
         ffn_sublayer(st, l, tokens, w, mm, sc, rid ? rid + 0 : nullptr, rw, route_stride, stats);
+        if (sc.trace) sc.trace->on_sublayer(l, 1, st, sc, w);
     }
     {
         OpTimer t(stats, kOpPerToken);

@@ -12,6 +12,8 @@
 #include "model_weights.h"
 #include "threadpool.h"
 
+namespace dq { class TraceCapture; }
+
 namespace dq {
 
 // Everything a session carries between steps.
@@ -40,6 +42,7 @@ struct Scratch {
     std::vector<float> gu, h, y, ey; // MoE buffers
     std::vector<float> tmp;          // per-token scratch (hc, attention scores, pooling)
     std::vector<float> logits;       // [w, vocab]
+    TraceCapture* trace = nullptr;   // opt-in trace capture (model_trace.h); null = off
     // Per-token scratch for ops that run in parallel over tokens / (token, head) items.
     size_t tok_stride = 0, score_stride = 0;
     std::vector<float> tok_tmp_buf;  // [kMaxStep, hc*d + d + dyn_rows]

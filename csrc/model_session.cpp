@@ -6,6 +6,7 @@
 
 #include "model_ops.h"
 #include "model_scheduler.h"
+#include "model_trace.h"
 
 namespace dq {
 
@@ -28,14 +29,21 @@ PrefillOutcome Session::prefill(const int32_t* tokens, int n, const PrefillOptio
                                  : schedule_bands(st_.pos, n, opt.chunk, c.ratios);
     const StepMode mode{opt.mmvq_max_ncols, opt.approximate};
     const size_t stride = size_t(n) * c.top_k;
+    struct TraceOn {  // the forward hooks see the capture during this prefill only
+        Scratch& sc;
+        ~TraceOn() { sc.trace = nullptr; }
+    } trace_on{sc_};
+    sc_.trace = trace_;
     const int64_t t0 = now_ns();
     int off = 0;
     for (int w : out.widths) {
         StepStats step;
         float* lg = logits ? logits + size_t(off) * c.vocab : sc_.logits.data();
+        if (trace_) trace_->begin_step(st_.pos, tokens + off, w);
         m_.forward(st_, tokens + off, w, mode, sc_, lg, rid ? rid + size_t(off) * c.top_k : nullptr,
                    rw ? rw + size_t(off) * c.top_k : nullptr, stride, step);
         out.step_mmq.push_back(step.used_mmq ? 1 : 0);
+        if (trace_) trace_->end_step(lg, step.used_mmq);
         out.stats.weight_bytes += step.weight_bytes;
         out.stats.matmul_calls += step.matmul_calls;
         out.stats.used_mmq = out.stats.used_mmq || step.used_mmq;

@@ -47,6 +47,9 @@ public:
     // Emits argmax(last logits) and feeds it (one q1 step). Returns the token.
     int32_t decode_step(StepStats& stats);
 
+    // Attaches (or with null detaches) a trace capture to later prefill steps; decode is not traced.
+    void set_trace(TraceCapture* t) { trace_ = t; }
+
     std::vector<uint8_t> snapshot() const;
     void restore(const uint8_t* data, size_t size);  // throws std::invalid_argument if foreign
 
@@ -54,6 +57,7 @@ private:
     const Model& m_;
     State st_;
     Scratch sc_;
+    TraceCapture* trace_ = nullptr;
 };
 
 }  // namespace dq

@@ -21,7 +21,7 @@ import time
 from typing import Any, TextIO
 
 PROTOCOL_VERSION = 1
-REQUEST_KEYS = {"id", "prompt", "tokens", "max_tokens", "options"}
+REQUEST_KEYS = {"id", "prompt", "tokens", "max_tokens", "options", "trace"}
 OPTION_KEYS = {"chunk", "bands", "mmvq_max_ncols", "mode"}
 
 
@@ -122,7 +122,10 @@ def _check_request(req: dict[str, Any], rid: Any) -> dict[str, Any]:
     bad = set(options) - OPTION_KEYS
     if bad:
         raise BadRequest(f"unknown options: {', '.join(sorted(bad))}")
-    return {"id": rid, "prompt": prompt, "max_tokens": max_tokens, "options": options}
+    trace = req.get("trace")
+    if trace is not None and not isinstance(trace, dict):
+        raise BadRequest("trace must be an object")
+    return {"id": rid, "prompt": prompt, "max_tokens": max_tokens, "options": options, "trace": trace}
 
 
 def response_record(rid: Any, gen: Any) -> dict[str, Any]:
@@ -142,6 +145,18 @@ def response_record(rid: Any, gen: Any) -> dict[str, Any]:
     except UnicodeDecodeError:
         pass
     return record
+
+
+def _traced_record(engine: Any, req: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Run one request with trace capture; the trace goes to the file the request names."""
+    from .trace import traced_generate
+
+    out, summary = traced_generate(engine, req["prompt"], max_tokens=req["max_tokens"], trace=req["trace"],
+                                   request_id=req["id"], **kwargs)
+    return {"id": req["id"], "response_b64": base64.b64encode(out["text"]).decode("ascii"),
+            "tokens": out["tokens"], "trace": summary,
+            "timings": {"prompt_tokens": out["prompt_tokens"], "generated_tokens": len(out["tokens"]),
+                        "prefill_ms": 0.0, "decode_ms": 0.0, "cache_hits": 0, "stop": out["stop"]}}
 
 
 def _error(rid: Any, kind: str, message: str) -> dict[str, Any]:
@@ -165,8 +180,11 @@ def serve(engine: Any, lines: Any, out: TextIO) -> int:
             if "bands" in opts:
                 kwargs["bands"] = bool(opts["bands"])
             t0 = time.perf_counter_ns()
-            gen = engine.generate(req["prompt"], max_tokens=req["max_tokens"], **kwargs)
-            record = response_record(rid, gen)
+            if req["trace"] is not None:  # trace capture (engine/trace.py); off unless asked
+                record = _traced_record(engine, req, kwargs)
+            else:
+                gen = engine.generate(req["prompt"], max_tokens=req["max_tokens"], **kwargs)
+                record = response_record(rid, gen)
             record["timings"]["worker_ms"] = (time.perf_counter_ns() - t0) / 1e6
         except BadRequest as exc:
             record = _error(exc.rid, "BadRequest", str(exc))
