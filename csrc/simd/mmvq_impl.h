@@ -61,10 +61,13 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
 }
 
 // Rows per step: enough independent accumulators to hide FMA latency, few enough to stay in
-// 16 ymm registers. The thread grain (4) is a multiple of every R.
+// 16 ymm registers (R * NC accumulators + 2 R prepared weight vectors + R scales). R = 2 at
+// NC 3..4 spilled the accumulators to the stack every block (AVX2, 1 GiB matrix, 1 thread:
+// ncols 4 ran at 2.0 GB/s while ncols 5 at R = 1 ran at 3.8), so every NC >= 2 takes R = 1
+// except NC = 2 (R = 2: 4 accumulators). The thread grain (4) is a multiple of every R.
 template <int NC>
 constexpr int mmvq_rows_per_step() {
-    return NC <= 2 ? 4 : (NC <= 4 ? 2 : 1);
+    return NC == 1 ? 4 : (NC == 2 ? 2 : 1);
 }
 
 // Prepares one group of NC <= 8 activation columns: fp32 scales into xd[b * 8 + c] and, for
