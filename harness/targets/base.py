@@ -26,6 +26,7 @@ class Request:
     text: str | None = None
     tokens: list[int] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, Any] | None = None  # worker-protocol `trace` object (exactness runs only)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Response:
     timings: dict[str, Any] = field(default_factory=dict)  # everything the target reported
     timing_source: str = "engine"    # "engine" | "server" (llama.cpp timings) | "client-side TTFT"
     response_source: str = "response_b64"  # which field the bytes came from (samples say so)
+    trace: dict[str, Any] | None = None  # the worker's trace summary {path, sha256, records, bytes}
 
 
 class Target(abc.ABC):

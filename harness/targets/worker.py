@@ -111,6 +111,8 @@ class WorkerTarget(Target):
             wire["tokens"] = list(request.tokens)
         else:
             wire["prompt"] = request.text
+        if request.trace is not None:
+            wire["trace"] = dict(request.trace)
         try:
             self.proc.stdin.write(json.dumps(wire).encode() + b"\n")
             self.proc.stdin.flush()
@@ -261,7 +263,8 @@ def parse_response(record: dict[str, Any], request_id: str, arm_id: str) -> Resp
                     prefill_ms=prefill_ms, decode_ms=decode_ms, cache_hits=cache_hits,
                     tokens=tokens, band_widths=widths if isinstance(widths, dict) else None,
                     weight_bytes=weight_bytes if isinstance(weight_bytes, int) else None,
-                    timings=timings)
+                    timings=timings,
+                    trace=record["trace"] if isinstance(record.get("trace"), dict) else None)
 
 
 def _wait(proc: subprocess.Popen, timeout: float | None) -> bool:

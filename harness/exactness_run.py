@@ -1,0 +1,139 @@
+"""Exactness runs: the q1 oracle and each candidate traced through the worker protocol, every
+record compared bitwise, coverage checked, and a sealed evidence directory (kind "exactness").
+
+Evidence layout (docs/evidence-format.md, "Exactness evidence"): protocol.json, protocol.toml,
+environment.json, traces/<arm>/<request>.jsonl.gz (trace format v1), logs/<arm>.log,
+exactness.json (analyze() of the traces; verify recomputes it), report.md.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import environment
+from .errors import RunFailed
+from .evidence import EvidenceWriter
+from .exactness_coverage import coverage
+from .exactness_diff import VERDICT_IDENTICAL, TraceError, diff_traces, load_trace, verdict
+from .protocol import LoadedProtocol
+from .targets import Request, WorkerTarget
+from .targets.worker import embedded_argv
+
+RESULTS = "exactness.json"
+RESULTS_SCHEMA = "dflash-qualify.exactness"
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ExactnessOutcome:
+    path: Path
+    manifest_sha256: str
+    results: dict[str, Any]
+
+
+def trace_rel(arm: str, request: str) -> str:
+    return f"traces/{arm}/{request}.jsonl.gz"
+
+
+def analyze(protocol: dict[str, Any], read: Callable[[str], bytes]) -> dict[str, Any]:
+    """Recompute every verdict from the stored traces (read(rel) -> bytes). Pure over its input;
+    raises TraceError for a trace that cannot be compared."""
+    oracle, *cands = protocol["arms"]
+    reqs = protocol["requests"]
+    ref = {q["id"]: load_trace(trace_rel(oracle["id"], q["id"]), read(trace_rel(oracle["id"], q["id"])))
+           for q in reqs}
+    model = ref[reqs[0]["id"]].header["model"]
+    for q in reqs:
+        bad = [s for s in ref[q["id"]].steps if s["width"] != 1 or s["kernel"] != "mmvq"]
+        if bad:
+            raise TraceError(f"the oracle trace of {q['id']} is not q1: step {bad[0]['step']} has width "
+                             f"{bad[0]['width']} ({bad[0]['kernel']})")
+    out = []
+    missing: list[str] = []
+    for c in cands:
+        runs, diffs = [], []
+        for q in reqs:
+            tr = load_trace(trace_rel(c["id"], q["id"]), read(trace_rel(c["id"], q["id"])))
+            runs.append((q["id"], tr))
+            diffs.append(diff_traces(tr, ref[q["id"]], q["id"]))
+        v = verdict(diffs)
+        first = next((d["first_divergence"] for d in diffs if d["first_divergence"]), None)
+        rows = coverage(model, c, runs, reqs)
+        need = c["expect"] == "bitwise"
+        cmiss = [f"{c['id']}: {r['item']}" for r in rows if not r["ok"]] if need else []
+        missing += cmiss
+        passed = (v == VERDICT_IDENTICAL) if need else (v != VERDICT_IDENTICAL)
+        steps = sum(len(tr.steps) for _, tr in runs)
+        out.append({"id": c["id"], "label": c["label"], "expect": c["expect"], "env": c["env"],
+                    "engine": c["engine"], "verdict": v, "passed": passed and not cmiss,
+                    "expectation_met": passed, "first_divergence": first, "requests": diffs,
+                    "steps": steps, "tensors": sum(d["tensors"] for d in diffs),
+                    "mmq_steps": sum(1 for _, tr in runs for s in tr.steps if s["kernel"] == "mmq"),
+                    "coverage": rows, "coverage_required": need, "coverage_ok": not cmiss})
+    return {"schema": RESULTS_SCHEMA, "version": RESULTS_VERSION, "oracle": oracle["id"],
+            "model": {k: model[k] for k in ("name", "ratios", "n_swa", "n_layers", "n_hash_layers")},
+            "trace_schema": "dflash-qualify.trace/v1", "level": protocol["trace"]["level"],
+            "requests": [q["id"] for q in reqs], "candidates": out, "missing_coverage": missing,
+            "passed": all(c["passed"] for c in out) and not missing}
+
+
+def run(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
+        progress: Callable[[str], None] = lambda msg: None) -> ExactnessOutcome:
+    """Trace every arm, analyze, write and seal the evidence. Raises RunFailed (evidence left
+    .partial with the reason) when a worker or request fails."""
+    protocol = loaded.resolved
+    writer = EvidenceWriter.create(Path(out_root), protocol["name"])
+    try:
+        writer.write_json("protocol.json", protocol)
+        writer.write_bytes("protocol.toml", loaded.source_bytes)
+        env = environment.capture(protocol, invocation=invocation)
+        writer.write_json("environment.json", env)
+        info: dict[str, dict[str, Any]] = {}
+        with tempfile.TemporaryDirectory(prefix="dflash-trace-") as tmp:
+            for arm in protocol["arms"]:
+                info[arm["id"]] = _trace_arm(protocol, arm, Path(tmp), writer, progress)
+        writer.write_json("environment.json", environment.finish(env, protocol, info))
+        try:
+            results = analyze(protocol, lambda rel: (writer.path / rel).read_bytes())
+        except TraceError as exc:
+            raise RunFailed(f"traces cannot be compared: {exc}") from None
+        writer.write_json(RESULTS, results)
+        from .reports.exactness_md import render
+        writer.write_text("report.md", render(protocol, results))
+        path, sha = writer.seal()
+    except BaseException as exc:
+        writer.mark_incomplete(f"failed: {exc}" if isinstance(exc, Exception) else f"interrupted: {type(exc).__name__}")
+        raise
+    return ExactnessOutcome(path, sha, results)
+
+
+def _trace_arm(protocol: dict[str, Any], arm: dict[str, Any], tmp: Path, writer: EvidenceWriter,
+               progress: Callable[[str], None]) -> dict[str, Any]:
+    target = protocol["target"]
+    argv = embedded_argv(target, arm) if target["kind"] == "embedded" else list(target["command"])
+    worker = WorkerTarget(arm["id"], argv, arm["env"], start_timeout_s=protocol["timeouts"]["start_s"])
+    t0 = time.monotonic()
+    try:
+        facts = worker.prepare()
+        facts["start_s"] = time.monotonic() - t0
+        for q in protocol["requests"]:
+            path = tmp / f"{arm['id']}-{q['id']}.jsonl.gz"
+            trace = {"level": protocol["trace"]["level"], "path": str(path)}
+            if q.get("snapshot_at"):
+                trace["snapshot_at"] = q["snapshot_at"]
+            progress(f"{arm['id']}: {q['id']}")
+            resp = worker.run_once(Request(id=q["id"], prompt_id=q["id"], max_tokens=protocol["max_tokens"],
+                                           timeout_s=protocol["timeouts"]["request_s"], text=q["text"],
+                                           options=dict(arm["engine"]), trace=trace))
+            if resp.trace is None or not path.is_file():
+                raise RunFailed(f"arm {arm['id']}: request {q['id']}: the worker wrote no trace "
+                                f"(does the target support the worker protocol's trace option?)")
+            writer.write_bytes(trace_rel(arm["id"], q["id"]), path.read_bytes())
+            path.unlink()
+    finally:
+        log = worker.teardown()
+        writer.write_text(f"logs/{arm['id']}.log", log)
+    return facts
