@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "engine-info": ("engine_info", "Engine build flags, SIMD path and model configs."),
     "serve": ("serve", "Serve the embedded engine over HTTP (llama.cpp and OpenAI APIs)."),
     "calibrate": ("calibrate", "A/A brackets: noise floor, false-alarm rate, power, needed N."),
+    "exactness": ("exactness", "Tensor-level exactness: q1-oracle trace diff, first divergence, coverage."),
 }
 
 
