@@ -94,10 +94,12 @@ def _verify(root: Path, result: VerifyResult) -> None:
             result.add(rel, f"modified: sha256 {digest}, manifest says {entry['sha256']}")
     for rel in sorted(set(on_disk) - set(listed) - {MANIFEST}):
         result.add(rel, "extra file (on disk, not listed in manifest.json)")
-    for rel in REQUIRED:
+    from . import exactness_verify  # kind "exactness": traces and exactness.json, not samples
+    exactness = exactness_verify.is_exactness(root)
+    for rel in (exactness_verify.REQUIRED if exactness else REQUIRED):
         if rel not in listed and rel not in on_disk:
             result.add(rel, "required file missing")
-    _recompute(root, result)
+    (exactness_verify.recompute if exactness else _recompute)(root, result)
 
 
 def _scan(root: Path, result: VerifyResult) -> set[str]:
