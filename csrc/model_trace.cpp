@@ -40,7 +40,7 @@ void TraceCapture::add(const char* tensor, int layer, int pos, char dtype, std::
     t.data.resize(bytes);
     if (bytes) std::memcpy(t.data.data(), src, bytes);
     const TracePerturb& p = perturb;
-    if (p.on && p.step == step_ && p.layer == layer && p.token == token && p.tensor == t.tensor &&
+    if (p.on && p.step == step_ && p.layer == layer && (token < 0 || p.token == token) && p.tensor == t.tensor &&
         dtype == 'f' && p.index >= 0 && size_t(p.index) * 4 < bytes) {
         float v;
         std::memcpy(&v, t.data.data() + size_t(p.index) * 4, 4);
@@ -57,13 +57,13 @@ void TraceCapture::on_sublayer(int l, int sub, const State& st, const Scratch& s
         const LayerState& ls = st.layers[l];
         const int64_t rows = ls.ratio ? ModelConfig::comp_rows(ls.ratio) : 0;
         add("kv_window", l, last, 'f', {int64_t(c_.window_cap()), hd}, ls.window.data(),
-            ls.window.size() * sizeof(float), w - 1);
+            ls.window.size() * sizeof(float), -1);
         if (ls.ratio) {
-            add("comp_kv", l, last, 'f', {rows, hd}, ls.comp_kv.data(), ls.comp_kv.size() * sizeof(float), w - 1);
+            add("comp_kv", l, last, 'f', {rows, hd}, ls.comp_kv.data(), ls.comp_kv.size() * sizeof(float), -1);
             add("comp_score", l, last, 'f', {rows, hd}, ls.comp_score.data(),
-                ls.comp_score.size() * sizeof(float), w - 1);
+                ls.comp_score.size() * sizeof(float), -1);
             add("compressed", l, last, 'f', {int64_t(ls.n_compressed), hd}, ls.compressed.data(),
-                size_t(ls.n_compressed) * hd * sizeof(float), w - 1);
+                size_t(ls.n_compressed) * hd * sizeof(float), -1);
         }
     }
     const char* hc_name = sub == 0 ? "hc_attn" : "hc_ffn";

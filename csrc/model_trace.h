@@ -36,8 +36,9 @@ struct TraceStep {
 };
 
 // TEST ONLY: add one ULP (toward +inf) to element `index` of the traced copy of `tensor` at
-// (step, layer, token j of the step). The computation itself is untouched; this exists so
-// tests can check that the trace diff localizes a known one-ULP change.
+// (step, layer, token j of the step; state tensors have one copy per step and ignore j). The
+// computation itself is untouched; this exists so tests can check that the trace diff
+// localizes a known one-ULP change.
 struct TracePerturb {
     bool on = false;
     int step = 0, layer = -1, token = 0;

@@ -137,3 +137,22 @@ def _trace_arm(protocol: dict[str, Any], arm: dict[str, Any], tmp: Path, writer:
         log = worker.teardown()
         writer.write_text(f"logs/{arm['id']}.log", log)
     return facts
+
+
+def run_linked(spec: dict[str, Any], out_root: Path) -> dict[str, Any]:
+    """The exactness check a bracket protocol asks for ([exactness] protocol = NAME): run it into
+    its own sealed evidence under out_root and return the link the run's environment.json keeps
+    (protocol, evidence directory name, manifest SHA-256, passed, verdicts; or the error)."""
+    from . import exactness_protocol
+
+    link: dict[str, Any] = {"protocol": spec["protocol"]}
+    try:
+        outcome = run(exactness_protocol.load(spec["protocol"]), Path(out_root),
+                      invocation=f"dflash-qualify exactness {spec['protocol']}")
+    except (RunFailed, TraceError) as exc:
+        return {**link, "passed": False, "error": str(exc), "evidence": None, "manifest_sha256": None}
+    res = outcome.results
+    return {**link, "passed": res["passed"], "error": None, "evidence": outcome.path.name,
+            "manifest_sha256": outcome.manifest_sha256,
+            "verdicts": {c["id"]: c["verdict"] for c in res["candidates"]},
+            "missing_coverage": res["missing_coverage"]}

@@ -239,7 +239,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     """Validate a parsed TOML document and return the resolved protocol dict."""
     ck = _Checker(file)
     ck.table(doc, "", {"schema_version", "kind", "name", "description", "target", "measure",
-                       "prompts", "gate", "arms", "schedule"},
+                       "prompts", "gate", "arms", "schedule", "exactness"},
              {"schema_version", "kind", "name", "arms", "prompts"})
     version = ck.integer(doc["schema_version"], "schema_version")
     if version != SCHEMA_VERSION:
@@ -260,6 +260,11 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         ck.fail("target.prefix_cache_slots", '0 when measure.cache = "cold"',
                 target["prefix_cache_slots"])
 
+    extra = {}
+    if "exactness" in doc:  # also prove tensor-level exactness (an exactness protocol, run by `run`)
+        ex = ck.sub_table(doc, "exactness", "exactness")
+        ck.table(ex, "exactness", {"protocol"}, {"protocol"})
+        extra["exactness"] = {"protocol": ck.string(ex["protocol"], "exactness.protocol")}
     return {
         "schema_version": version, "kind": kind, "name": name, "description": description,
         "metric": measure["metric"], "direction": METRICS[measure["metric"]],
@@ -267,7 +272,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "timeouts": measure["timeouts"], "prompts": prompts,
         "groups": [p["id"] for p in prompts] if kind == "compare" else [],
         "arms": arms, "schedule": schedule, "schedule_plan": schedule_plan, "gate": gate,
-        "warnings": warnings,
+        "warnings": warnings, **extra,
     }
 
 

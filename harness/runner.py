@@ -342,6 +342,9 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
             samples = runner.run()
             env_record = environment.redact_strings(
                 environment.finish(env_record, protocol, runner.arm_info), secrets)
+            if protocol.get("exactness"):  # [exactness]: also prove tensor level (exactness_run.py)
+                from .exactness_run import run_linked
+                env_record["exactness"] = run_linked(protocol["exactness"], Path(out_root))
             writer.write_json("environment.json", env_record)
             writer.write_text("samples.csv", analysis.samples_csv(samples))
             store = _response_reader(writer)

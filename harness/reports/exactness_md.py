@@ -65,3 +65,25 @@ def render(protocol: dict[str, Any], res: dict[str, Any]) -> str:
               + ("every bitwise candidate is bit-for-bit identical to q1 in every traced tensor, "
                  "with full coverage." if res["passed"] else "see the failing rows above."), ""]
     return "\n".join(lines)
+
+
+def run_report_lines(protocol: dict[str, Any], environment: dict[str, Any]) -> list[str]:
+    """The `run` report's tensor-level exactness line, when the protocol asks for it."""
+    ask = protocol.get("exactness") if isinstance(protocol, dict) else None
+    if not ask:
+        return []
+    link = environment.get("exactness") if isinstance(environment, dict) else None
+    name = ask.get("protocol")
+    if not isinstance(link, dict):
+        return [f"Tensor-level exactness: requested (`{name}`) but not run.", ""]
+    if link.get("error"):
+        return [f"Tensor-level exactness: NOT proven: `{name}` failed: {link['error']}.", ""]
+    verdicts = ", ".join(f"{k} {v}" for k, v in (link.get("verdicts") or {}).items())
+    if link.get("passed"):
+        head = (f"Tensor-level exactness: also proven by `{name}` (every traced tensor of every bitwise "
+                f"candidate equals q1, full coverage: {verdicts})")
+    else:
+        missing = "; ".join(link.get("missing_coverage") or [])
+        head = (f"Tensor-level exactness: NOT proven by `{name}` ({verdicts}"
+                + (f"; missing coverage: {missing}" if missing else "") + ")")
+    return [f"{head}. Exactness evidence {link.get('evidence')}, manifest SHA-256: {link.get('manifest_sha256')}", ""]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..analysis import describe_mismatch
 from .base import ReportInput, fmt_p, fmt_pct, fmt_value, with_unit
+from .exactness_md import run_report_lines
 
 
 def _short(label: str) -> str:
@@ -253,6 +254,7 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
         lines += _arm_table(arms, stats["decimals"]) + [""]
         lines += _comparison_lines(stats, comp, arms) + [""]
     lines += _responses_lines(stats) + [""]
+    lines += run_report_lines(protocol, environment)  # [exactness] protocol: tensor-level proof
     lines += _verdict_lines(stats) + [""]
     invocation = environment.get("invocation") if isinstance(environment, dict) else None
     if invocation:
