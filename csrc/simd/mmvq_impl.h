@@ -11,13 +11,14 @@
 // `__m256i isum(const Prep&, __m256i xq)` per column, and `transform_x(qs)` applied once per
 // call to the activation quants (identity for AVX2; x ^ 0x80 for the VNNI offset trick).
 #pragma once
+#include <algorithm>
 #include "q8_0_simd.h"
 
 namespace dq::simd {
 namespace {
 
-// Software prefetch distance along each weight row (bytes ahead of the current block).
-constexpr int kMmvqPrefetchBytes = 512;
+// Minimum software prefetch distance in weight blocks (128 blocks = 4352 bytes).
+constexpr int kMmvqPrefetchBlocks = 128;
 
 template <class ISum, int NC, int R, bool kCanonicalTree = true>
 inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const float* xd, float* y,
@@ -30,6 +31,10 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
     const BlockQ8_0* wrow[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
+    // Prefetch the same block of the next row group (at least kMmvqPrefetchBlocks ahead): a
+    // thread's rows are one contiguous stream, so this runs ahead across row-group boundaries,
+    // where a fixed in-row distance stalls at the start of every group of short rows.
+    const size_t pf = std::max(size_t(R) * nb, size_t(kMmvqPrefetchBlocks));
     for (int b = 0; b < nb; ++b) {
         typename ISum::Prep prep[R];
         __m256 wd[R];
@@ -37,7 +42,7 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
         for (int r = 0; r < R; ++r) {
             const BlockQ8_0& wb = wrow[r][b];
             // W streams from DRAM once; run ahead of the R interleaved row streams.
-            _mm_prefetch(reinterpret_cast<const char*>(&wb) + kMmvqPrefetchBytes, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T0);
             prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
             wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
         }
