@@ -60,6 +60,10 @@ void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
     pool->parallel_for(w.rows, grain, [&](int begin, int end) { fn(w, x, ncols, y, begin, end); });
 }
 
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k) {
+    active().load(std::memory_order_relaxed)->quantize(x, y, k);
+}
+
 }  // namespace dq
 
 namespace dq::simd {

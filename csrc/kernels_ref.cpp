@@ -67,7 +67,7 @@ void mmq_scalar(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, i
 }  // namespace
 
 namespace simd {
-const KernelSet kScalarKernels = {"scalar", mmvq_scalar, mmq_scalar, 1, 1};
+const KernelSet kScalarKernels = {"scalar", mmvq_scalar, mmq_scalar, 1, 1, quantize_row_q8_0_ref};
 }
 
 }  // namespace dq

@@ -58,7 +58,7 @@ float fp16_to_fp32(uint16_t h) {
 // x is K floats (K % 32 == 0); y is K/32 blocks. d = amax/127 (rounded to fp16 for storage),
 // q = round-half-away(x / d) computed with the unrounded fp32 d, clamped to [-127, 127] so
 // the int8 kernels never see -128. An all-zero block stores d = 0 and q = 0.
-void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k) {
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int k) {
     const int nb = k / QK8_0;
     for (int b = 0; b < nb; ++b) {
         const float* xb = x + size_t(b) * QK8_0;

@@ -20,6 +20,9 @@ float fp16_to_fp32(uint16_t h);
 
 // Quantize one row of K floats (K % 32 == 0) into K/32 blocks: d = amax/127, q = round(x/d).
 // Used for weights and for activations alike; a per-token op, so q1 and bands share it.
+// Runs the active SIMD path's version (kernels_dispatch.cpp); every version produces the bytes
+// of quantize_row_q8_0_ref, the portable scalar definition (q8_0.cpp), on any input.
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k);
+void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int k);
 
 }  // namespace dq

@@ -89,6 +89,24 @@ def test_quantize_amax_maps_to_127_and_zero_block_is_zero():
     assert np.all(np.abs(back - x.reshape(3, 2, 32)) <= amax / 127 * 0.5 + amax * 2.0**-10)
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_quantize_every_path_equals_scalar_bytes(path):
+    """Activation quantization is shared by q1 and bands; every SIMD path must give the scalar
+    reference's bytes, including exact .5 ties (half away from zero), zero, tiny, inf and NaN."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((64, 256)) * rng.choice([1e-30, 1e-3, 1.0, 1e4], (64, 1))).astype(np.float32)
+    ties = np.arange(-127, 128, dtype=np.float32) + 0.5  # q = x/d lands on .5 with amax 127
+    x[0, :32] = np.concatenate([[127.0], ties[:31]])
+    x[1, :32] = np.concatenate([[-127.0], -ties[100:131]])
+    x[2, :32] = 0.0
+    x[3, :32] = np.float32(1e-45)  # denormal amax: d underflows to 0
+    x[4, 3], x[5, 40], x[6, 70], x[7, 8] = np.inf, -np.inf, np.nan, -0.0
+    assert K.set_simd_path("scalar")
+    ref = K.quantize_q8_0(x)
+    assert K.set_simd_path(path)
+    assert np.array_equal(K.quantize_q8_0(x), ref)
+
+
 def test_bindings_reject_bad_shapes_and_dtypes():
     w = np.zeros((4, BLOCK_BYTES * 2), dtype=np.uint8)
     with pytest.raises(ValueError, match="34"):

@@ -11,6 +11,8 @@ namespace dq::simd {
 // W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
 using MatRowsFn = void (*)(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                            int row_begin, int row_end);
+// Quantizes K floats (K % 32 == 0) into K/32 Q8_0 blocks, bitwise equal to quantize_row_q8_0_ref.
+using QuantizeRowFn = void (*)(const float* x, BlockQ8_0* y, int k);
 
 struct KernelSet {
     const char* name;  // "scalar", "avx2", "avx512vnni"
@@ -18,6 +20,7 @@ struct KernelSet {
     MatRowsFn mmq;     // own order, any ncols >= 1
     int mmvq_grain;    // thread slice granularity (rows the kernel handles at once)
     int mmq_grain;
+    QuantizeRowFn quantize;  // activation/weight quantization (same bits on every path)
 };
 
 // Always built (kernels_ref.cpp).
@@ -40,6 +43,7 @@ void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, in
                int row_end);
 void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
               int row_end);
+void quantize_row_q8_0_avx2(const float* x, BlockQ8_0* y, int k);
 void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                      int row_begin, int row_end);
 void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,

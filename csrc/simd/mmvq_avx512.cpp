@@ -157,6 +157,6 @@ void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* 
 }
 
 const KernelSet kAvx512VnniKernels = {"avx512vnni", mmvq_avx512vnni, mmq_avx512vnni, 4,
-                                      kMmqRowTile};
+                                      kMmqRowTile, quantize_row_q8_0_avx2};
 
 }  // namespace dq::simd
