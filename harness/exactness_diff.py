@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import json
 import zlib
@@ -63,13 +62,7 @@ def load_trace(path: Path | str, data: bytes | None = None) -> Trace:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise TraceError(f"trace {name}: cannot read: {exc.strerror}") from None
-    try:
-        raw = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        kind = "truncated" if isinstance(exc, EOFError) else "corrupted"
-        raise TraceError(f"trace {name}: {kind}: not a complete gzip stream ({exc})") from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise TraceError(f"trace {name}: {len(raw)} bytes decompressed, more than any trace this tool writes")
+    raw = _gunzip(data, name)
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -109,6 +102,22 @@ def load_trace(path: Path | str, data: bytes | None = None) -> Trace:
     if tr.commit is None:
         raise TraceError(f"trace {name}: no commit record")
     return tr
+
+
+def _gunzip(data: bytes, name: str) -> bytes:
+    """One complete gzip member, at most MAX_TRACE_BYTES decompressed (no gzip bombs)."""
+    d = zlib.decompressobj(wbits=31)
+    try:
+        raw = d.decompress(data, MAX_TRACE_BYTES + 1)
+    except zlib.error as exc:
+        raise TraceError(f"trace {name}: corrupted: not a gzip stream ({exc})") from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise TraceError(f"trace {name}: more than {MAX_TRACE_BYTES} bytes decompressed; not a trace this tool writes")
+    if not d.eof:
+        raise TraceError(f"trace {name}: truncated: the gzip stream ends early")
+    if d.unused_data:
+        raise TraceError(f"trace {name}: corrupted: bytes after the gzip stream")
+    return raw
 
 
 def _add(tr: Trace, rec: dict[str, Any], where: str) -> None:

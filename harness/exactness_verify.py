@@ -19,7 +19,7 @@ def is_exactness(root: Path) -> bool:
     """True when the directory's protocol.json says kind = "exactness" (False if unreadable)."""
     try:
         protocol = read_json(root, "protocol.json")
-    except (QualifyError, OSError):
+    except (QualifyError, OSError, RecursionError):
         return False
     return isinstance(protocol, dict) and protocol.get("kind") == "exactness"
 
@@ -53,8 +53,8 @@ def recompute(root: Path, result: Any) -> None:
     except TraceError as exc:
         result.add("traces", f"cannot recompute: {exc}")
         return
-    except (KeyError, TypeError, ValueError) as exc:
-        result.add("protocol.json", f"cannot recompute: malformed exactness protocol ({type(exc).__name__}: {exc})")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        result.add("protocol.json", f"cannot recompute: malformed exactness protocol or trace ({type(exc).__name__}: {exc})")
         return
     difference = _first_difference(stored, fresh, "")
     if difference:

@@ -192,3 +192,37 @@ def test_run_report_says_tensor_exactness_was_proven(tmp_path):
     assert "NOT proven" in line and sha in line and "q4: tail width 1" in line
     run_dir = next(p for p in (tmp_path / "ev").iterdir() if p.name.endswith("-exact-bands-quick"))
     assert verify(run_dir).ok
+
+
+@pytest.mark.parametrize("name", ["exact-bands-trace", "exact-bands-trace-mini"])
+def test_bundled_exactness_protocols_load(name):
+    r = exactness_protocol.load(name).resolved
+    assert r["kind"] == "exactness" and r["name"] == name
+    assert [a["id"] for a in r["arms"]][:4] == ["q1", "q2", "q3", "q4"]
+    assert any(q.get("snapshot_at") for q in r["requests"]) and any(q["repeat_of"] for q in r["requests"])
+    with pytest.raises(Exception, match="dflash-qualify exactness"):
+        from dflash_qualify.harness import protocol
+        protocol.load(name)
+
+
+def test_forged_verdict_under_a_resealed_manifest_is_caught(bundled, tmp_path):
+    """verify recomputes exactness.json from the traces, so a forged verdict fails even when the
+    manifest is rewritten to match the edited file."""
+    import hashlib
+    import shutil
+
+    from dflash_qualify.harness.evidence import dumps_json
+    _, out = bundled
+    copy = tmp_path / "forged"
+    shutil.copytree(out.path, copy)
+    res = json.loads((copy / "exactness.json").read_text())
+    ctl = next(c for c in res["candidates"] if c["id"] == "q4-ncols2")
+    ctl["verdict"] = VERDICT_IDENTICAL
+    (copy / "exactness.json").write_text(dumps_json(res))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for e in manifest["files"]:
+        data = (copy / e["path"]).read_bytes()
+        e["size"], e["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (copy / "manifest.json").write_text(dumps_json(manifest))
+    problems = [str(p) for p in verify(copy).problems]
+    assert len(problems) == 1 and "exactness.json" in problems[0] and "verdict" in problems[0], problems
