@@ -226,3 +226,17 @@ def test_forged_verdict_under_a_resealed_manifest_is_caught(bundled, tmp_path):
     (copy / "manifest.json").write_text(dumps_json(manifest))
     problems = [str(p) for p in verify(copy).problems]
     assert len(problems) == 1 and "exactness.json" in problems[0] and "verdict" in problems[0], problems
+
+
+def test_non_exact_candidate_expected_bitwise_exits_non_zero(tmp_path):
+    proto = tmp_path / "cap.toml"
+    proto.write_text('schema_version = 1\nkind = "exactness"\nname = "cap"\n'
+                     '[target]\nmodel = "ds4-tiny"\nthreads = 2\n'
+                     '[[requests]]\nid = "s"\nlength = 12\n'
+                     '[[candidates]]\nid = "q4-ncols2"\nengine = { bands = true, chunk = 4 }\n'
+                     'env = { LUCE_MMVQ_MAX_NCOLS = "2" }\n')
+    r = CliRunner().invoke(main, ["exactness", str(proto), "--out", str(tmp_path / "ev")])
+    assert r.exit_code == 1, r.output
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("| q4-ncols2"))
+    assert ("responses identical but tensors differ" in row or "responses differ" in row) and "FAIL" in row
+    assert "- q4-ncols2: request s, step 0 (pos 0..3, w=4, mmq), layer 0, tensor kv_window" in r.output
