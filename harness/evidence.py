@@ -29,6 +29,7 @@ STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 RESERVED = (MANIFEST, INCOMPLETE)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CHUNK = 1 << 20
+_MARKER_MAX = 4096  # bytes of INCOMPLETE that are read back
 
 
 def tool_version() -> str:
@@ -55,6 +56,10 @@ def check_rel_path(rel: object) -> str | None:
         return "is not a normalized path"
     if "\x00" in rel:
         return "contains a NUL byte"
+    try:
+        os.fsencode(rel)
+    except UnicodeError:
+        return "is not encodable as a file name (lone surrogate)"
     return None
 
 
@@ -327,8 +332,10 @@ def incomplete_reason(evidence_dir: Path) -> str | None:
     evidence_dir = Path(evidence_dir)
     marker = evidence_dir / INCOMPLETE
     if os.path.lexists(marker):
-        try:
-            text = marker.read_text(encoding="utf-8", errors="replace").strip() or "no reason recorded"
+        try:  # the first few KiB only: a hostile marker may be huge
+            with open(marker, "rb") as f:
+                head = f.read(_MARKER_MAX)
+            text = head.decode("utf-8", errors="replace").strip() or "no reason recorded"
         except OSError:
             text = "INCOMPLETE unreadable"
         return f"incomplete: {text}"

@@ -16,11 +16,14 @@ from pathlib import Path
 
 from . import analysis
 from .errors import QualifyError
-from .evidence import (MANIFEST, MANIFEST_SCHEMA, MANIFEST_VERSION, check_rel_path,
+from .evidence import (MANIFEST, MANIFEST_SCHEMA, MANIFEST_VERSION, check_rel_path, dumps_json,
                        incomplete_reason, parse_json, read_json, read_jsonl, sha256_file)
 
 REQUIRED = ("protocol.json", "environment.json", "samples.jsonl", "stats.json")
+MANIFEST_KEYS = {"schema", "version", "created_utc", "tool_version", "files"}
+MANIFEST_MAX_BYTES = 64 << 20  # ~300k entries; a larger manifest.json is not ours
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,24 @@ class VerifyResult:
         return not self.problems
 
     def add(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        self.problems.append(Problem(printable(path), printable(message)))
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on one line: undecodable file-name bytes (surrogate escapes) and
+    control or line-break characters are shown as backslash escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.translate(_CONTROL)
 
 
 def verify(evidence_dir: Path) -> VerifyResult:
@@ -87,11 +107,18 @@ def _verify(root: Path, result: VerifyResult) -> None:
                 result.add(rel, "missing (listed in manifest.json, not on disk)")
             # else: a link or special file, already reported by the scan
             continue
+        size = os.lstat(root / rel).st_size
+        if size != entry["size"]:  # never hash a file of the wrong size (it may be huge)
+            result.add(rel, f"modified: size {size} bytes, manifest says {entry['size']}")
+            continue
         size, digest = sha256_file(root / rel)
         if size != entry["size"]:
             result.add(rel, f"modified: size {size} bytes, manifest says {entry['size']}")
         elif digest != entry["sha256"]:
             result.add(rel, f"modified: sha256 {digest}, manifest says {entry['sha256']}")
+        elif rel.startswith("responses/") and rel != f"responses/{digest}.bin":
+            result.add(rel, f"a stored response must be named by its SHA-256 "
+                            f"(responses/{digest}.bin)")
     for rel in sorted(set(on_disk) - set(listed) - {MANIFEST}):
         result.add(rel, "extra file (on disk, not listed in manifest.json)")
     from . import exactness_verify  # kind "exactness": traces and exactness.json, not samples
@@ -99,7 +126,8 @@ def _verify(root: Path, result: VerifyResult) -> None:
     for rel in (exactness_verify.REQUIRED if exactness else REQUIRED):
         if rel not in listed and rel not in on_disk:
             result.add(rel, "required file missing")
-    (exactness_verify.recompute if exactness else _recompute)(root, result)
+    if result.ok:  # recompute from files that are exactly what was sealed, never from others
+        (exactness_verify.recompute if exactness else _recompute)(root, result)
 
 
 def _scan(root: Path, result: VerifyResult) -> set[str]:
@@ -121,6 +149,9 @@ def _scan(root: Path, result: VerifyResult) -> set[str]:
                 result.add(rel, f"symbolic link (to {target}); evidence must hold regular files only")
             elif stat.S_ISDIR(st.st_mode):
                 stack.append(Path(entry.path))
+                with os.scandir(entry.path) as sub:
+                    if next(sub, None) is None:
+                        result.add(rel, "empty directory; evidence holds files only")
             elif stat.S_ISREG(st.st_mode):
                 if st.st_nlink > 1:
                     result.add(rel, f"hard-linked file ({st.st_nlink} links); evidence files must be unshared")
@@ -135,8 +166,16 @@ def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
     if not os.path.lexists(path):
         result.add(MANIFEST, "missing: the directory is not sealed")
         return None
-    if os.path.islink(path) or not path.is_file():
+    if os.path.islink(path):
         return None  # reported by the scan
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        result.add(MANIFEST, "not a regular file: the directory is not sealed")
+        return None
+    if st.st_size > MANIFEST_MAX_BYTES:
+        result.add(MANIFEST, f"{st.st_size} bytes, more than any manifest this tool writes "
+                             f"({MANIFEST_MAX_BYTES})")
+        return None
     data = path.read_bytes()
     result.manifest_sha = hashlib.sha256(data).hexdigest()
     try:
@@ -158,6 +197,23 @@ def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
     if not isinstance(files, list):
         result.add(MANIFEST, f"files: expected a list, got {type(files).__name__}")
         return None
+    keys = set(manifest)
+    if keys != MANIFEST_KEYS:
+        result.add(MANIFEST, f"keys: expected exactly {sorted(MANIFEST_KEYS)}, got {sorted(keys)}")
+    if not isinstance(manifest.get("created_utc"), str) or \
+            not _UTC_RE.match(manifest.get("created_utc") or ""):
+        result.add(MANIFEST, f"created_utc: expected a UTC time like 2026-11-29T11:45:00.000000Z, "
+                             f"got {manifest.get('created_utc')!r}")
+    if not isinstance(manifest.get("tool_version"), str) or not manifest.get("tool_version"):
+        result.add(MANIFEST, f"tool_version: expected a non-empty string, "
+                             f"got {manifest.get('tool_version')!r}")
+    try:
+        canonical = dumps_json(manifest).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escaped in the JSON: no canonical form
+        canonical = None
+    if data != canonical:
+        result.add(MANIFEST, "not in the canonical form the sealer writes (indent 2, sorted keys, "
+                             "UTF-8, trailing newline): its bytes were edited")
     good, seen = [], set()
     for i, entry in enumerate(files):
         where = f"files[{i}]"

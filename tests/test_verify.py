@@ -194,3 +194,48 @@ def test_hostile_manifest_never_raises(tmp_path_factory, files):
     result = verify(d)
     assert not result.ok and all(isinstance(p.message, str) for p in result.problems)
     assert not any("unexpected error" in p.message for p in result.problems)
+
+
+# ---------------------------------------------------------------------- hardening (issue 7)
+def test_manifest_replaced_by_a_directory_is_not_sealed(sealed):
+    (sealed / "manifest.json").unlink()
+    (sealed / "manifest.json").mkdir()
+    assert "manifest.json: not a regular file: the directory is not sealed" in messages(sealed)
+
+
+def test_empty_directory_and_huge_sparse_file_are_named_without_reading(sealed):
+    (sealed / "spare").mkdir()
+    with open(sealed / "samples.jsonl", "r+b") as f:   # 8 GiB, sparse: must not be hashed
+        f.truncate(1 << 33)
+    msgs = messages(sealed)
+    assert "spare: empty directory; evidence holds files only" in msgs
+    assert any(m.startswith(f"samples.jsonl: modified: size {1 << 33} bytes") for m in msgs)
+
+
+def test_non_canonical_manifest_and_unknown_keys(sealed):
+    m = json.loads((sealed / "manifest.json").read_text())
+    (sealed / "manifest.json").write_text(json.dumps(m))
+    assert messages(sealed) == ["manifest.json: not in the canonical form the sealer writes "
+                                "(indent 2, sorted keys, UTF-8, trailing newline): its bytes "
+                                "were edited"]
+    rewrite_manifest(sealed, lambda m: m.update(signed_by="me"))
+    assert messages(sealed)[0].startswith("manifest.json: keys: expected exactly")
+
+
+def test_response_must_be_named_by_its_hash(sealed):
+    rel = response_rel(sealed)
+    data = (sealed / rel).read_bytes() + b"!"
+    (sealed / rel).write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    rewrite_manifest(sealed, lambda m: [e.update(size=len(data), sha256=digest)
+                                        for e in m["files"] if e["path"] == rel])
+    assert messages(sealed) == [f"{rel}: a stored response must be named by its SHA-256 "
+                                f"(responses/{digest}.bin)"]
+
+
+def test_non_utf8_and_newline_names_print_on_one_line(sealed):
+    (sealed / os.fsdecode(b"bad\xff\nname")).write_text("x")
+    result = CliRunner().invoke(main, ["verify", str(sealed)])
+    assert result.exit_code == 1 and result.exception is not None  # SystemExit(1)
+    assert f"{sealed}/bad\\xff\\x0aname: extra file (on disk, not listed in manifest.json)\n" \
+        in result.output
