@@ -7,6 +7,7 @@ exactness.json (analyze() of the traces; verify recomputes it), report.md.
 """
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
 from dataclasses import dataclass
@@ -131,7 +132,12 @@ def _trace_arm(protocol: dict[str, Any], arm: dict[str, Any], tmp: Path, writer:
             if resp.trace is None or not path.is_file():
                 raise RunFailed(f"arm {arm['id']}: request {q['id']}: the worker wrote no trace "
                                 f"(does the target support the worker protocol's trace option?)")
-            writer.write_bytes(trace_rel(arm["id"], q["id"]), path.read_bytes())
+            data = path.read_bytes()
+            said = resp.trace.get("sha256")
+            if said is not None and said != hashlib.sha256(data).hexdigest():
+                raise RunFailed(f"arm {arm['id']}: request {q['id']}: the trace file's SHA-256 is not the "
+                                f"one the worker reported")
+            writer.write_bytes(trace_rel(arm["id"], q["id"]), data)
             path.unlink()
     finally:
         log = worker.teardown()

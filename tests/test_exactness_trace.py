@@ -240,3 +240,11 @@ def test_non_exact_candidate_expected_bitwise_exits_non_zero(tmp_path):
     row = next(ln for ln in r.output.splitlines() if ln.startswith("| q4-ncols2"))
     assert ("responses identical but tensors differ" in row or "responses differ" in row) and "FAIL" in row
     assert "- q4-ncols2: request s, step 0 (pos 0..3, w=4, mmq), layer 0, tensor kv_window" in r.output
+
+
+def test_report_renders_exactness_evidence(bundled):
+    _, out = bundled
+    r = CliRunner().invoke(main, ["report", str(out.path)])
+    assert r.exit_code == 0, r.output
+    assert "| q4 (exact bands chunk 4) | bitwise | bitwise identical |" in r.output
+    assert f"Evidence manifest SHA-256: {out.manifest_sha256}" in r.output

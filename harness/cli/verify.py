@@ -11,13 +11,19 @@ from ..evidence import Evidence, load_evidence
 from ..verify import verify
 
 
-def load_verified(directory: Path) -> Evidence:
-    """Verify, then load; EvidenceInvalid (exit 1) naming the first problem if it does not verify."""
+def verify_or_fail(directory: Path) -> str:
+    """Verify; return the manifest SHA-256, or EvidenceInvalid (exit 1) naming the first problem."""
     result = verify(directory)
     if not result.ok:
         more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
         raise EvidenceInvalid(f"{directory} failed verification: {result.problems[0]}{more}; "
                               f"run `dflash-qualify verify {directory}` for every problem")
+    return str(result.manifest_sha)
+
+
+def load_verified(directory: Path) -> Evidence:
+    """Verify, then load; EvidenceInvalid (exit 1) naming the first problem if it does not verify."""
+    verify_or_fail(directory)
     return load_evidence(directory)
 
 
