@@ -65,7 +65,7 @@ def check_trace_options(opts: Any) -> dict[str, Any]:
     return {"level": level, "path": path, "snapshot_at": snap, "perturb": perturb}
 
 
-def _tensor_record(rec: tuple, level: str, token_positions: bool = True) -> dict[str, Any]:
+def _tensor_record(rec: tuple, level: str) -> dict[str, Any]:
     name, step, layer, pos, dtype, shape, data = rec
     out: dict[str, Any] = {"type": "tensor", "step": int(step), "layer": None if layer < 0 else int(layer),
                            "pos": int(pos), "name": name,

@@ -86,9 +86,10 @@ def run(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
     """Trace every arm, analyze, write and seal the evidence. Raises RunFailed (evidence left
     .partial with the reason) when a worker or request fails."""
     protocol = loaded.resolved
+    stored = environment.redact_protocol(protocol)  # secret-looking env values never reach evidence
     writer = EvidenceWriter.create(Path(out_root), protocol["name"])
     try:
-        writer.write_json("protocol.json", protocol)
+        writer.write_json("protocol.json", stored)
         writer.write_bytes("protocol.toml", loaded.source_bytes)
         env = environment.capture(protocol, invocation=invocation)
         writer.write_json("environment.json", env)
@@ -98,12 +99,12 @@ def run(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
                 info[arm["id"]] = _trace_arm(protocol, arm, Path(tmp), writer, progress)
         writer.write_json("environment.json", environment.finish(env, protocol, info))
         try:
-            results = analyze(protocol, lambda rel: (writer.path / rel).read_bytes())
+            results = analyze(stored, lambda rel: (writer.path / rel).read_bytes())
         except TraceError as exc:
             raise RunFailed(f"traces cannot be compared: {exc}") from None
         writer.write_json(RESULTS, results)
         from .reports.exactness_md import render
-        writer.write_text("report.md", render(protocol, results))
+        writer.write_text("report.md", render(stored, results))
         path, sha = writer.seal()
     except BaseException as exc:
         writer.mark_incomplete(f"failed: {exc}" if isinstance(exc, Exception) else f"interrupted: {type(exc).__name__}")
