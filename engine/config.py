@@ -15,6 +15,7 @@ _INT_KEYS = ("vocab", "d_model", "n_layers", "n_heads", "head_dim", "rope_dim", 
              "top_k", "d_ff", "n_hash_layers", "hc_mult", "sinkhorn_iters", "ctx")
 _FLOAT_KEYS = ("rope_theta", "norm_eps", "routed_scale", "swiglu_limit")
 KEYS = ("name", *_INT_KEYS, "ratios", *_FLOAT_KEYS)
+MAX_WEIGHT_BYTES = 16 << 30  # refuse configs whose synthetic weights would not fit a test host
 
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     # Tests: ~2 MB of Q8_0 weights; compressor ratios cover window-only, overlapping 4 and 8.
@@ -89,6 +90,11 @@ def validate_config(cfg: dict[str, Any], source: str = "config") -> dict[str, An
     need("ctx", 1 <= out["ctx"] <= 65536, "1..65536")
     need("ratios", len(out["ratios"]) == out["n_layers"] and all(r == 0 or 4 <= r <= 1024 for r in out["ratios"]),
          f"n_layers ({out['n_layers']}) entries, each 0 or 4..1024")
+    weights = q8_weight_bytes(out)
+    if weights > MAX_WEIGHT_BYTES:  # every key in range can still multiply out to terabytes
+        raise EngineError(f"{source}: the config needs {weights / 2**30:.1f} GiB of Q8_0 weights, more than "
+                          f"the {MAX_WEIGHT_BYTES // 2**30} GiB a DS4-mini config may use (d_model, d_ff, "
+                          f"n_experts, n_layers, n_heads and head_dim multiply)")
     return out
 
 
@@ -129,7 +135,7 @@ def load_config(model: str | Path) -> dict[str, Any]:
     source = f"config file {path}"
     base = data.pop("base", None)
     if base is not None:
-        if base not in MODEL_CONFIGS:
+        if not isinstance(base, str) or base not in MODEL_CONFIGS:
             raise _fail(source, "base", f"one of {sorted(MODEL_CONFIGS)}", base)
         data = {**MODEL_CONFIGS[base], "name": path.stem, **data}
     data.setdefault("name", path.stem)

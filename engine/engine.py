@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
-from .config import config_hash, load_config
+from .config import config_hash, load_config, q8_weight_bytes
 from .errors import EngineError
 from .options import (PrefillPlan, check_bands, check_chunk, check_mmvq, check_test_slowdown, env_bands,
                       env_mmvq_max_ncols, env_test_slowdown_pct, resolve)
@@ -53,6 +53,7 @@ class Engine:
         slowdown = check_test_slowdown(test_slowdown_pct)
         self._test_slowdown_pct = slowdown if slowdown is not None else (env_test_slowdown_pct() or 0.0)
         self._config = load_config(model)
+        _check_memory(q8_weight_bytes(self._config))
         self._seed = seed
         self._hash = config_hash(self._config, seed)
         self._model = _core.Model({**self._config, "seed": seed}, threads)
@@ -144,6 +145,19 @@ class Engine:
 
     def clear_prefix_cache(self) -> None:
         self._cache.clear()
+
+
+def _check_memory(weight_bytes: int) -> None:
+    """EngineError when the weights would not fit in 80% of the memory available now (building
+    them anyway ends in the OOM killer, not an exception)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return  # not Linux, or no figure: nothing to check against
+    if weight_bytes > 0.8 * avail:
+        raise EngineError(f"the model needs {weight_bytes / 2**30:.2f} GiB of weights but only "
+                          f"{avail / 2**30:.2f} GiB of memory is available")
 
 
 def _busy_wait_ns(ns: float) -> int:

@@ -63,6 +63,9 @@ class Session:
         weight_bytes."""
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise EngineError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+        # no session decodes past its context, so a larger budget means "to the end" (and a
+        # Python int beyond C++ int range would otherwise escape as a TypeError)
+        max_tokens = min(max_tokens, self._engine.config["ctx"])
         try:
             return self._core.decode(max_tokens)
         except ValueError as exc:
