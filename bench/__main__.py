@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small matrices and prompts (smoke run, not figures)")
     ap.add_argument("--threads", default="1,2", help="comma list of thread counts for end-to-end runs")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats per prefill mode")
+    ap.add_argument("--prompts", default="128,512", help="comma list of prompt lengths for end-to-end prefill")
     ap.add_argument("--sections", default=",".join(suite.SECTIONS),
                     help=f"comma list of {', '.join(suite.SECTIONS)}")
     args = ap.parse_args(argv)
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         md_path.write_text(markdown.render(result))
 
     cfg = suite.SuiteConfig(threads=[int(t) for t in args.threads.split(",")], repeats=args.repeats,
-                            quick=args.quick, sections=args.sections.split(","))
+                            quick=args.quick, sections=args.sections.split(","),
+                            prompts=tuple(int(n) for n in args.prompts.split(",")))
     result = suite.run(cfg, on_section=save)
     save(result)
     print()

@@ -29,7 +29,9 @@ def render(r: dict) -> str:
         for x in k["mmq"]:
             out.append(f"| {x['ncols']} | {x['best_ns'] / 1e6:.1f} | {x['weight_gbs']:.2f} | {x['int8_gops']:.1f} | "
                        f"{x['mmvq_ns'] / 1e6:.1f} | {x['mmq_over_mmvq_time']:.2f} |")
-        out += ["", f"MMQ faster than MMVQ from ncols = {k['crossover_ncols']} on.", ""]
+        cross = k["crossover_ncols"]
+        out += ["", (f"MMQ faster than MMVQ from ncols = {cross} on (at every wider measured width)." if cross else
+                     "No crossover: MMQ was not faster than MMVQ at every width from some ncols on."), ""]
         if k.get("thread_scaling"):
             out += ["| kernel (quarter matrix) | 1 thread ms | 2 threads ms | speedup |", "| --- | ---: | ---: | ---: |"]
             for x in k["thread_scaling"]:
