@@ -89,3 +89,34 @@ def test_secrets_never_reach_evidence(tmp_path, monkeypatch):
     assert env["env"]["DFLASH_SERVICE_TOKEN"] == "<redacted>"
     assert env["arms"]["cand"]["env"]["LUCE_API_KEY"] == "<redacted>"
     assert b"<redacted>" in (out.path / "protocol.toml").read_bytes()
+
+
+def test_secrets_never_reach_evidence_of_a_real_run(tmp_path):
+    """`dflash-qualify run` with real ds4-tiny workers: a secret in the harness's environment
+    and one set by an arm appear in no evidence file (logs, protocol copies, environment)."""
+    import os
+    import subprocess
+    import sys
+
+    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text().replace(
+        'env = { DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false }',
+        f'env = {{ DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false, '
+        f'HF_TOKEN = "{SECRET_ARM}" }}')
+    path = tmp_path / "secret.toml"
+    path.write_text(text)
+    exe = str(Path(sys.executable).parent / "dflash-qualify")
+    env = {**os.environ, "DFLASH_DEPLOY_PASSWORD": SECRET_ENV, "OPENAI_API_KEY": SECRET_ENV}
+    done = subprocess.run([exe, "run", str(path), "--out", str(tmp_path / "ev"),
+                           "--warmups", "0", "--measured", "2"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode in (0, 1), done.stderr
+    (d,) = list((tmp_path / "ev").iterdir())
+    files = [p for p in d.rglob("*") if p.is_file()]
+    assert len(files) > 8 and (d / "logs" / "cand.log").is_file()
+    for p in files:
+        data = p.read_bytes()
+        assert SECRET_ENV.encode() not in data and SECRET_ARM.encode() not in data, p
+    assert SECRET_ENV not in done.stdout + done.stderr
+    env_record = json.loads((d / "environment.json").read_text())
+    assert env_record["env"]["DFLASH_DEPLOY_PASSWORD"] == "<redacted>"
+    assert env_record["arms"]["cand"]["env"]["HF_TOKEN"] == "<redacted>"
