@@ -128,31 +128,39 @@ def build_gguf(path: Path, ffn: int, seed: int = 0) -> int:
 
 
 def _measure_llama(path: Path, threads: int, bytes_per_step: int, repeats: int, vocab: int) -> dict:
+    """One llama.cpp context at a time: an idle context's worker threads spin and would steal
+    the cores from the one being timed (two live contexts made decode ~30x slower here)."""
     import llama_cpp
 
     rng = np.random.default_rng(1)
     prompt = [int(t) for t in rng.integers(0, 256, size=PROMPT)]
-    dec_llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=PROMPT, n_ubatch=PROMPT, n_threads=threads,
-                              n_threads_batch=threads, verbose=False, seed=0)
-    pre_llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=PROMPT, n_ubatch=4, n_threads=threads,
-                              n_threads_batch=threads, verbose=False, seed=0)
+
+    def load(n_ubatch: int):
+        return llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=PROMPT, n_ubatch=n_ubatch,
+                               n_threads=threads, n_threads_batch=threads, verbose=False, seed=0)
+
     dec_s, pre_s = [], []
+    llm = load(PROMPT)
     for rep in range(repeats + 1):  # first round is the warm-up
-        dec_llm.reset()
-        dec_llm.eval(prompt)
+        llm.reset()
+        llm.eval(prompt)
         t0 = time.perf_counter()
         for j in range(DECODE_STEPS):
-            dec_llm.eval([prompt[j % PROMPT]])
-        d = (time.perf_counter() - t0) / DECODE_STEPS
-        pre_llm.reset()
-        t0 = time.perf_counter()
-        pre_llm.eval(prompt)
-        p = (time.perf_counter() - t0) / (PROMPT / 4)
+            llm.eval([prompt[j % PROMPT]])
         if rep:
-            dec_s.append(d)
-            pre_s.append(p)
+            dec_s.append((time.perf_counter() - t0) / DECODE_STEPS)
+    llm.close()
+    del llm
+    llm = load(4)
+    for rep in range(repeats + 1):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        if rep:
+            pre_s.append((time.perf_counter() - t0) / (PROMPT / 4))
+    llm.close()
+    del llm
     d, p = statistics.median(dec_s), statistics.median(pre_s)
-    del dec_llm, pre_llm
     return {"engine": "llama.cpp", "threads": threads, "gbs_1": bytes_per_step / d / 1e9,
             "gbs_4": bytes_per_step / p / 1e9, "tok_s_1": 1.0 / d, "tok_s_4": 4.0 / p,
             "decode_step_s": dec_s, "ubatch4_step_s": pre_s}
