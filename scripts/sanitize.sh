@@ -6,6 +6,9 @@
 # editable dflash_qualify install) with the ASan runtime LD_PRELOADed into python.
 #
 # Usage: scripts/sanitize.sh [extra pytest args]      (from anywhere; needs .venv built first)
+#   The one command for a sanitized engine run; the last line says "sanitize: clean (...)" and
+#   the exit status is 0 only when the engine tests (scheduler, exactness, MMVQ cap, errors,
+#   sessions and the fuzzed engine API) passed with no ASan or UBSan report.
 # Env:   JOBS (default 2) build parallelism; PYTEST_TARGETS overrides the test selection.
 # Leak detection is off (CPython keeps interned objects alive at exit); any ASan report or UB
 # aborts the run (halt_on_error / -fno-sanitize-recover), so exit status 0 means clean.
@@ -57,7 +60,7 @@ cd "$ROOT"
 "$VENV/bin/python" -c 'from dflash_qualify.engine import _core; assert _core.sanitize(), _core.__file__; print("sanitized core:", _core.__file__)'
 # shellcheck disable=SC2086
 set +e
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider ${PYTEST_TARGETS:-tests/test_scheduler.py tests/test_engine_exact.py tests/test_engine_mmvq_cap.py tests/test_engine_errors.py tests/test_engine_session.py} "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider ${PYTEST_TARGETS:-tests/test_scheduler.py tests/test_engine_exact.py tests/test_engine_mmvq_cap.py tests/test_engine_errors.py tests/test_engine_session.py tests/test_engine_fuzz.py} "$@"
 rc=$?
 if ls "$REPORT".* >/dev/null 2>&1; then
     echo "sanitize: sanitizer reports:" >&2
