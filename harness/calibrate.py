@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import analysis, calibration, environment, evidence, reports
-from .errors import QualifyError, RunFailed
-from .runner import (Event, Interrupted, MakeTarget, Outcome, Runner, _abandon, _response_reader,
-                     _signals_raise)
+from .runner import (Event, MakeTarget, Outcome, Runner, _response_reader, _signals_raise,
+                     failures_leave_incomplete)
 from .targets import make_target as default_make_target
 
 
@@ -66,57 +65,33 @@ def calibrate(loaded: Any, out_root: str | Path, settings: dict, *, invocation: 
     partial = str(writer.path)
     runner: Runner | None = None
     samples: list[dict] = []
-    try:
-        with _signals_raise():
-            redacted = environment.redact_protocol(protocol)
-            writer.write_json("protocol.json", redacted)
-            writer.write_bytes("protocol.toml",
-                               environment.redact_bytes(loaded.source_bytes, secrets))
-            env_record = environment.redact_strings(
-                environment.capture(protocol, invocation=invocation), secrets)
-            writer.write_json("environment.json", env_record)
-            repeats = protocol["calibration"]["repeats"]
-            for r in range(repeats):
-                if on_repeat is not None:
-                    on_repeat(r, repeats)
-                view = _RepeatWriter(writer, r, len(samples))
-                runner = Runner(protocol, view, make_target, on_event, secrets)
-                samples += [view.tag(s) for s in runner.run()]
-            env_record = environment.redact_strings(
-                environment.finish(env_record, protocol, runner.arm_info if runner else {}),
-                secrets)
-            writer.write_json("environment.json", env_record)
-            writer.write_text("samples.csv", analysis.samples_csv(samples))
-            stats = analysis.compute(redacted, samples, _response_reader(writer))
-            writer.write_json("stats.json", stats)
-            writer.write_text("report.md", reports.render_input(
-                reports.ReportInput(redacted, env_record, stats, samples, None), "md"))
-            path, manifest_sha = writer.seal()
-    except (Interrupted, KeyboardInterrupt) as exc:
-        name = str(exc) if isinstance(exc, Interrupted) else "SIGINT"
-        _abandon_any(runner, writer, f"interrupted: {name}")
-        raise RunFailed(f"interrupted ({name}); evidence left incomplete in {partial}",
-                        evidence_dir=partial) from None
-    except QualifyError as exc:
-        _abandon_any(runner, writer, f"failed: {exc}")
-        raise RunFailed(f"calibration failed: {exc}; evidence left incomplete in {partial}",
-                        evidence_dir=partial) from None
-    except OSError as exc:
-        _abandon_any(runner, writer, f"failed: {exc}")
-        raise RunFailed(f"calibration failed writing evidence: {exc}; evidence left incomplete "
-                        f"in {partial}", evidence_dir=partial) from None
-    except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live
-        _abandon_any(runner, writer, f"failed: internal error {type(exc).__name__}: {exc}")
-        raise
+    with failures_leave_incomplete("calibration", writer, partial, lambda: runner), \
+            _signals_raise():
+        redacted = environment.redact_protocol(protocol)
+        writer.write_json("protocol.json", redacted)
+        writer.write_bytes("protocol.toml",
+                           environment.redact_bytes(loaded.source_bytes, secrets))
+        env_record = environment.redact_strings(
+            environment.capture(protocol, invocation=invocation), secrets)
+        writer.write_json("environment.json", env_record)
+        repeats = protocol["calibration"]["repeats"]
+        for r in range(repeats):
+            if on_repeat is not None:
+                on_repeat(r, repeats)
+            view = _RepeatWriter(writer, r, len(samples))
+            runner = Runner(protocol, view, make_target, on_event, secrets)
+            samples += [view.tag(s) for s in runner.run()]
+        env_record = environment.redact_strings(
+            environment.finish(env_record, protocol, runner.arm_info if runner else {}),
+            secrets)
+        writer.write_json("environment.json", env_record)
+        writer.write_text("samples.csv", analysis.samples_csv(samples))
+        stats = analysis.compute(redacted, samples, _response_reader(writer))
+        writer.write_json("stats.json", stats)
+        writer.write_text("report.md", reports.render_input(
+            reports.ReportInput(redacted, env_record, stats, samples, None), "md"))
+        path, manifest_sha = writer.seal()
     return Outcome(path=Path(path), manifest_sha256=manifest_sha,
                    qualified=bool(stats["verdict"]["qualified"]), stats=stats)
 
 
-def _abandon_any(runner: Runner | None, writer: Any, reason: str) -> None:
-    if runner is not None:
-        _abandon(runner, writer, reason)
-    else:
-        try:
-            writer.mark_incomplete(reason)
-        except Exception:  # noqa: BLE001 - never hide the original failure
-            pass

@@ -331,46 +331,70 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
     partial = str(getattr(writer, "path", out_root))
     runner = Runner(protocol, writer, make_target, on_event, secrets)
     env_record: dict[str, Any] = {}
+    with failures_leave_incomplete("run", writer, partial, lambda: runner), _signals_raise():
+        writer.write_json("protocol.json", environment.redact_protocol(protocol))
+        writer.write_bytes("protocol.toml",
+                           environment.redact_bytes(loaded.source_bytes, secrets))
+        env_record = environment.redact_strings(
+            environment.capture(protocol, invocation=invocation), secrets)
+        writer.write_json("environment.json", env_record)
+        samples = runner.run()
+        env_record = environment.redact_strings(
+            environment.finish(env_record, protocol, runner.arm_info), secrets)
+        if protocol.get("exactness"):  # [exactness]: also prove tensor level (exactness_run.py)
+            from .exactness_run import run_linked
+            env_record["exactness"] = run_linked(protocol["exactness"], Path(out_root))
+        writer.write_json("environment.json", env_record)
+        writer.write_text("samples.csv", analysis.samples_csv(samples))
+        store = _response_reader(writer)
+        stats = analysis.compute(protocol, samples, store)
+        writer.write_json("stats.json", stats)
+        writer.write_text("report.md", reports.render_markdown(
+            environment.redact_protocol(protocol), env_record, stats, samples, None))
+        path, manifest_sha = writer.seal()
+    return Outcome(path=Path(path), manifest_sha256=manifest_sha,
+                   qualified=bool(stats["verdict"]["qualified"]), stats=stats)
+
+
+@contextlib.contextmanager
+def failures_leave_incomplete(what: str, writer: Any, partial: str,
+                              current_runner: Callable[[], "Runner | None"]) -> Iterator[None]:
+    """Failure path shared by `run` and `calibrate`: every way out but success kills the
+    workers, marks the evidence incomplete with a named reason and raises RunFailed (exit 3).
+
+    Args:
+        what: "run" or "calibration", used in the user-facing reason.
+        writer: the EvidenceWriter whose .partial directory is left behind.
+        partial: that directory, as named in the error.
+        current_runner: returns the Runner in use at the moment of failure (or None).
+    """
+
+    def abandon(reason: str) -> None:
+        runner = current_runner()
+        if runner is not None:
+            _abandon(runner, writer, reason)
+        else:
+            with contextlib.suppress(Exception):
+                writer.mark_incomplete(reason)
+
     try:
-        with _signals_raise():
-            writer.write_json("protocol.json", environment.redact_protocol(protocol))
-            writer.write_bytes("protocol.toml",
-                               environment.redact_bytes(loaded.source_bytes, secrets))
-            env_record = environment.redact_strings(
-                environment.capture(protocol, invocation=invocation), secrets)
-            writer.write_json("environment.json", env_record)
-            samples = runner.run()
-            env_record = environment.redact_strings(
-                environment.finish(env_record, protocol, runner.arm_info), secrets)
-            if protocol.get("exactness"):  # [exactness]: also prove tensor level (exactness_run.py)
-                from .exactness_run import run_linked
-                env_record["exactness"] = run_linked(protocol["exactness"], Path(out_root))
-            writer.write_json("environment.json", env_record)
-            writer.write_text("samples.csv", analysis.samples_csv(samples))
-            store = _response_reader(writer)
-            stats = analysis.compute(protocol, samples, store)
-            writer.write_json("stats.json", stats)
-            writer.write_text("report.md", reports.render_markdown(
-                environment.redact_protocol(protocol), env_record, stats, samples, None))
-            path, manifest_sha = writer.seal()
+        yield
     except (Interrupted, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, Interrupted) else "SIGINT"
-        _abandon(runner, writer, f"interrupted: {name}")
+        abandon(f"interrupted: {name}")
         raise RunFailed(f"interrupted ({name}); evidence left incomplete in {partial}",
                         evidence_dir=partial) from None
     except QualifyError as exc:
-        _abandon(runner, writer, f"failed: {exc}")
-        raise RunFailed(f"run failed: {exc}; evidence left incomplete in {partial}",
+        abandon(f"failed: {exc}")
+        raise RunFailed(f"{what} failed: {exc}; evidence left incomplete in {partial}",
                         evidence_dir=partial) from None
     except OSError as exc:
-        _abandon(runner, writer, f"failed: writing evidence: {exc}")
-        raise RunFailed(f"run failed writing evidence: {exc}; evidence left incomplete in "
+        abandon(f"failed: writing evidence: {exc}")
+        raise RunFailed(f"{what} failed writing evidence: {exc}; evidence left incomplete in "
                         f"{partial}", evidence_dir=partial) from None
     except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live
-        _abandon(runner, writer, f"failed: internal error {type(exc).__name__}: {exc}")
+        abandon(f"failed: internal error {type(exc).__name__}: {exc}")
         raise
-    return Outcome(path=Path(path), manifest_sha256=manifest_sha,
-                   qualified=bool(stats["verdict"]["qualified"]), stats=stats)
 
 
 def _abandon(runner: Runner, writer: Any, reason: str) -> None:
