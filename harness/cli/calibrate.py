@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from .options import run_options
 from .. import protocol as protocol_mod
 
 
@@ -27,12 +28,7 @@ def _invocation(spec: str | None, out: str, opts: dict) -> str:
 @click.argument("protocol", required=False)
 @click.option("--repeats", type=click.IntRange(1, 10000), default=10, show_default=True,
               help="A/A brackets to run.")
-@click.option("--out", "out", default="./evidence", show_default=True,
-              type=click.Path(file_okay=False), help="Evidence root directory.")
-@click.option("--warmups", type=click.IntRange(0, 100000), default=None,
-              help="Warm-up requests per arm (overrides the protocol; recorded).")
-@click.option("--measured", type=click.IntRange(1, 100000), default=None,
-              help="Measured requests per arm (overrides the protocol; recorded).")
+@run_options
 @click.option("--effect", type=click.FloatRange(0, 1000), default=5.0, show_default=True,
               help="Effect (gain %) the recommended N should detect.")
 @click.option("--power", type=click.FloatRange(0, 1), default=0.8, show_default=True,

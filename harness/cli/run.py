@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .options import run_options
 from .. import protocol as protocol_mod
 from ..runner import Event, qualify
 
@@ -76,12 +77,7 @@ def _invocation(spec: str | None, out: str, warmups: int | None, measured: int |
 
 @click.command("run")
 @click.argument("protocol", required=False)
-@click.option("--out", "out", default="./evidence", show_default=True,
-              type=click.Path(file_okay=False), help="Evidence root directory.")
-@click.option("--warmups", type=click.IntRange(0, 100000), default=None,
-              help="Warm-up requests per arm (overrides the protocol; recorded).")
-@click.option("--measured", type=click.IntRange(1, 100000), default=None,
-              help="Measured requests per arm (overrides the protocol; recorded).")
+@run_options
 def command(protocol: str | None, out: str, warmups: int | None, measured: int | None) -> None:
     """Run PROTOCOL (a file or a bundled name; default exact-bands-aba) and seal evidence.
 
