@@ -27,6 +27,9 @@ docs/calibration.md; not re-run since):
   1.10%; predicted 41.4%, detected 11/30 = 36.7% (s.e. 8.8): 4.7 points, within.
 - exact-bands-quick (ABA), --slowdown 20: predicted 12.9%, detected 7/30 = 23.3% (s.e. 7.7):
   10.4 points, just outside (1.35 s.e.; the machine's load changed between runs).
+- exact-bands-quick now (interleaved, 256 tokens), 5%, load 3.0-3.2 with the full test suite
+  running: A/A median |gain| 1.62%, drift 2.54%, simulated false qualification 0.20%;
+  predicted 25.1%, detected 10/30 = 33.3% (s.e. 8.6): 8.2 points, within.
 """
 from __future__ import annotations
 
