@@ -1,0 +1,422 @@
+// Per-token CUDA ops of the DS4-mini forward; one block per token or (token, head), fixed
+// block sizes, fixed reduction trees (see gpu_ops.cuh). Compiled with --fmad=false.
+#include "gpu_ops.cuh"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace dq { namespace gpu {
+
+namespace {
+
+constexpr int kTokBlock = 256;   // threads per token block
+constexpr int kHeadBlock = 128;  // threads per (token, head) block
+constexpr int kMaxHc = 16;
+
+void check_launch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA launch failed (") + what + "): " + cudaGetErrorString(e));
+}
+
+// Xor butterfly: every lane ends with the same bits (each step adds a + b on both partners).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Sum over the block (fixed tree: per-warp butterfly, then a butterfly over the warp partials);
+// every thread gets the total. sh: [32] shared.
+__device__ float block_sum(float v, float* sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // sh may still be read by a previous call
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_sum(lane < nw ? sh[lane] : 0.0f);
+}
+__device__ float block_max(float v, float* sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+// y = x / rms(x) * gain over the block (x and y may alias; gain may be null).
+__device__ void block_rms_norm(const float* x, const float* gain, float* y, int n, float eps, float* sh) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i] * x[i];
+    const float ms = block_sum(s, sh) / float(n);
+    const float inv = 1.0f / sqrtf(ms + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = gain ? x[i] * inv * gain[i] : x[i] * inv;
+}
+
+// Dot of a and b (n floats) by one warp: lane-strided partials, then the butterfly.
+__device__ __forceinline__ float warp_dot(const float* a, const float* b, int n) {
+    float s = 0.0f;
+    for (int i = threadIdx.x & 31; i < n; i += 32) s += a[i] * b[i];
+    return warp_sum(s);
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Neox RoPE on the last rope_dim dims of one head row (thread per pair).
+__device__ void block_rope(float* head, int head_dim, int rope_dim, const float* c, const float* sn) {
+    const int half = rope_dim / 2;
+    float* r = head + (head_dim - rope_dim);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float a = r[i], b = r[i + half];
+        r[i] = a * c[i] - b * sn[i];
+        r[i + half] = a * sn[i] + b * c[i];
+    }
+}
+
+__global__ void k_embed(const int32_t* tokens, const float* embed, float* X, int hc, int d) {
+    const int j = blockIdx.x;
+    const float* e = embed + size_t(tokens[j]) * d;
+    float* x = X + size_t(j) * hc * d;
+    for (int i = 0; i < hc; ++i)
+        for (int k = threadIdx.x; k < d; k += blockDim.x) x[size_t(i) * d + k] = e[k];
+}
+
+__global__ void k_hc_pre(DevHC p, const float* norm, const float* Xall, float* mean_all, float* xin_all,
+                         float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
+                         float eps) {
+    extern __shared__ float dyn[];  // [2*hc + hc*hc]
+    __shared__ float sh[32];
+    __shared__ float pre[kMaxHc];
+    const int j = blockIdx.x;
+    const int rows = 2 * hc + hc * hc;
+    const float* X = Xall + size_t(j) * hc * d;
+    float* mean = mean_all + size_t(j) * d;
+    float* xin = xin_all + size_t(j) * d;
+    const float inv_hc = 1.0f / float(hc);
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += X[size_t(i) * d + k];
+        mean[k] = s * inv_hc;
+    }
+    block_rms_norm(mean, nullptr, mean, d, eps, sh);
+    __syncthreads();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int r = wid; r < rows; r += nw) {
+        const float v = warp_dot(p.w_dyn + size_t(r) * d, mean, d);
+        if (lane == 0) dyn[r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // hc_mix's small serial part, in the CPU's order
+        float* post = post_all + size_t(j) * hc;
+        float* M = M_all + size_t(j) * hc * hc;
+        for (int i = 0; i < hc; ++i) {
+            pre[i] = sigmoidf_(p.static_pre[i] + p.dyn_scale * dyn[i]);
+            post[i] = 2.0f * sigmoidf_(p.static_post[i] + p.dyn_scale * dyn[hc + i]);
+        }
+        float m = -INFINITY;
+        for (int k = 0; k < hc * hc; ++k) {
+            M[k] = p.static_res[k] + p.dyn_scale * dyn[2 * hc + k];
+            m = fmaxf(m, M[k]);
+        }
+        for (int k = 0; k < hc * hc; ++k) M[k] = expf(M[k] - m);
+        for (int it = 0; it < sinkhorn_iters; ++it) {
+            for (int i = 0; i < hc; ++i) {
+                float s = 0.0f;
+                for (int c = 0; c < hc; ++c) s += M[i * hc + c];
+                for (int c = 0; c < hc; ++c) M[i * hc + c] /= s;
+            }
+            for (int c = 0; c < hc; ++c) {
+                float s = 0.0f;
+                for (int i = 0; i < hc; ++i) s += M[i * hc + c];
+                for (int i = 0; i < hc; ++i) M[i * hc + c] /= s;
+            }
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += pre[i] * X[size_t(i) * d + k];
+        xin[k] = s;
+    }
+    block_rms_norm(xin, norm, xn_all + size_t(j) * d, d, eps, sh);
+}
+
+__global__ void k_qk_rope(QkRopeArgs a) {
+    __shared__ float sh[32];
+    const int j = blockIdx.y, h = blockIdx.x;
+    const bool kv = h == a.n_heads;
+    float* row = a.proj + size_t(j) * a.proj_rows + (kv ? a.q_dim : size_t(h) * a.head_dim);
+    block_rms_norm(row, kv ? a.kv_norm : a.q_norm, row, a.head_dim, a.eps, sh);
+    __syncthreads();
+    const size_t half = size_t(a.rope_dim / 2);
+    const int pos = a.pos0 + j;
+    block_rope(row, a.head_dim, a.rope_dim, a.rope_cos + size_t(pos) * half, a.rope_sin + size_t(pos) * half);
+    if (kv) {
+        __syncthreads();
+        float* dst = a.window + size_t(pos % a.window_cap) * a.head_dim;
+        for (int k = threadIdx.x; k < a.head_dim; k += blockDim.x) dst[k] = row[k];
+    }
+}
+
+__global__ void k_attend(AttendArgs a) {
+    __shared__ float sh[32];
+    const int item = blockIdx.x;
+    const int j = a.j0 + item / a.n_heads, h = item % a.n_heads;
+    const int pos = a.pos0 + j, hd = a.head_dim;
+    const float* p = a.proj + size_t(j) * a.proj_rows;
+    if (a.ratio > 0 && h == 0) {  // compressor rows of this token (read only by the later pool)
+        const size_t slot = size_t(pos % a.comp_rows) * hd;
+        for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+            a.comp_kv[slot + k] = p[a.q_dim + hd + k];
+            a.comp_score[slot + k] = p[a.q_dim + 2 * hd + k];
+        }
+    }
+    const int lo = max(0, pos - a.n_swa + 1);
+    const int nwin = pos - lo + 1, nc = a.n_compressed, n = nc + nwin;
+    const float scale = 1.0f / sqrtf(float(hd));
+    const float* q = p + size_t(h) * hd;
+    float* s = a.scores + size_t(item) * a.score_stride;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = wid; i < n; i += nw) {
+        const float* key = i < nc ? a.compressed + size_t(i) * hd
+                                  : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+        const float v = warp_dot(q, key, hd);
+        if (lane == 0) s[i] = v * scale;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, s[i]);
+    m = block_max(m, sh);
+    float part = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(s[i] - m);
+        s[i] = e;
+        part += e;
+    }
+    const float inv = 1.0f / block_sum(part, sh);  // block_sum's barriers publish s[]
+    float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const float* v = i < nc ? a.compressed + size_t(i) * hd
+                                    : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+            acc += (s[i] * inv) * v[k];
+        }
+        out[k] = acc;
+    }
+}
+
+__global__ void k_pool(PoolArgs a) {
+    __shared__ float sh[32];
+    const int r = a.ratio, hd = a.head_dim;
+    const int rows = r == 4 ? 2 * r : r;
+    const bool overlap = rows > r;
+    const int block_start = a.pos + 1 - r;
+    const int win_start = overlap ? block_start - r : block_start;
+    const int first = max(0, win_start);
+    const int n = a.pos - first + 1;
+    float* outp = a.compressed + size_t(a.n_compressed) * hd;
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; ++i) {
+            const int p = first + i;
+            mx = fmaxf(mx, a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k]);
+        }
+        float sum = 0.0f, acc = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const int p = first + i;
+            const float l = a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k];
+            const float e = expf(l - mx);
+            sum += e;
+            acc += e * a.comp_kv[size_t(p % rows) * hd + k];
+        }
+        outp[k] = acc / sum;
+    }
+    __syncthreads();
+    block_rms_norm(outp, a.comp_norm, outp, hd, a.eps, sh);
+    __syncthreads();
+    const size_t half = size_t(a.rope_dim / 2);
+    block_rope(outp, hd, a.rope_dim, a.rope_cos + size_t(block_start) * half, a.rope_sin + size_t(block_start) * half);
+}
+
+__global__ void k_hc_post(float* Xall, const float* o_all, const float* post_all, const float* M_all, int hc, int d) {
+    const int j = blockIdx.x;
+    float* X = Xall + size_t(j) * hc * d;
+    const float* o = o_all + size_t(j) * d;
+    const float* post = post_all + size_t(j) * hc;
+    const float* M = M_all + size_t(j) * hc * hc;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float x[kMaxHc];
+        for (int i = 0; i < hc; ++i) x[i] = X[size_t(i) * d + k];
+        for (int i = 0; i < hc; ++i) {
+            float acc = 0.0f;
+            for (int c = 0; c < hc; ++c) acc += M[i * hc + c] * x[c];
+            acc += post[i] * o[k];
+            X[size_t(i) * d + k] = acc;
+        }
+    }
+}
+
+__device__ float sqrt_softplus_dev(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
+
+__global__ void k_router(RouterArgs a) {
+    extern __shared__ float sm[];  // logits/score [E], sel [E]
+    float* score = sm;
+    float* sel = sm + a.n_experts;
+    const int j = blockIdx.x;
+    const float* xn = a.xn + size_t(j) * a.d;
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int e = wid; e < a.n_experts; e += nw) {
+        const float v = warp_dot(a.router + size_t(e) * a.d, xn, a.d);
+        if (lane == 0) score[e] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const int E = a.n_experts, K = a.top_k;
+    for (int e = 0; e < E; ++e) {
+        score[e] = sqrt_softplus_dev(score[e]);
+        sel[e] = score[e] + a.router_bias[e];
+    }
+    int32_t* ids = a.ids + size_t(j) * K;
+    float* wts = a.wts + size_t(j) * K;
+    if (a.hash) {
+        const int tok = a.tokens[j];
+        for (int k = 0; k < K; ++k) ids[k] = a.tid2eid[size_t(tok) * K + k];
+    } else {
+        for (int k = 0; k < K; ++k) {  // repeated argmax; lowest index wins ties
+            int best = -1;
+            for (int e = 0; e < E; ++e) {
+                if (sel[e] == -INFINITY) continue;
+                if (best < 0 || sel[e] > sel[best]) best = e;
+            }
+            ids[k] = best;
+            sel[best] = -INFINITY;
+        }
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[ids[k]];
+    for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * a.routed_scale;
+    if (a.rid) {
+        for (int k = 0; k < K; ++k) {
+            a.rid[a.route_off + size_t(j) * K + k] = ids[k];
+            a.rw[a.route_off + size_t(j) * K + k] = wts[k];
+        }
+    }
+}
+
+__global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int d, int8_t* xg, float* xgd) {
+    const int r = blockIdx.x;
+    const int t = tok_of_row[r];
+    const int* src = reinterpret_cast<const int*>(xq + size_t(t) * d);
+    int* dst = reinterpret_cast<int*>(xg + size_t(r) * d);
+    for (int i = threadIdx.x; i < d / 4; i += blockDim.x) dst[i] = src[i];
+    const int nb = d / 32;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) xgd[size_t(r) * nb + i] = xd[size_t(t) * nb + i];
+}
+
+__global__ void k_swiglu(const float* gu, float* h, int f, float limit) {
+    const int r = blockIdx.x;
+    const float* g = gu + size_t(r) * 2 * f;
+    const float* u = g + f;
+    float* hr = h + size_t(r) * f;
+    for (int i = threadIdx.x; i < f; i += blockDim.x) {
+        const float gi = fminf(g[i], limit);
+        const float ui = fminf(fmaxf(u[i], -limit), limit);
+        hr[i] = gi / (1.0f + expf(-gi)) * ui;
+    }
+}
+
+__global__ void k_combine(const float* y, const int32_t* rowmap, const float* wts, float* o, int K, int d) {
+    const int t = blockIdx.x;
+    float* ot = o + size_t(t) * d;
+    const float* ys = y + size_t(t) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = ys[i];
+        for (int k = 0; k < K; ++k) acc += wts[t * K + k] * y[size_t(rowmap[t * K + k]) * d + i];
+        ot[i] = acc;
+    }
+}
+
+__global__ void k_final(const float* Xall, const float* hc_final, const float* final_norm, float* xin_all, int hc,
+                        int d, float eps) {
+    __shared__ float sh[32];
+    const int j = blockIdx.x;
+    const float* X = Xall + size_t(j) * hc * d;
+    float* hrow = xin_all + size_t(j) * d;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < hc; ++i) acc += hc_final[i] * X[size_t(i) * d + k];
+        hrow[k] = acc;
+    }
+    block_rms_norm(hrow, final_norm, hrow, d, eps, sh);
+}
+
+}  // namespace
+
+void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, int hc, int d, cudaStream_t s) {
+    k_embed<<<w, kTokBlock, 0, s>>>(tokens, embed, X, hc, d);
+    check_launch("embed");
+}
+
+void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* xin, float* xn,
+                   float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps, cudaStream_t s) {
+    if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
+    const size_t smem = sizeof(float) * size_t(2 * hc + hc * hc);
+    k_hc_pre<<<w, kTokBlock, smem, s>>>(p, norm, X, mean, xin, xn, post, M, hc, d, sinkhorn_iters, eps);
+    check_launch("hc_pre");
+}
+
+void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
+    k_qk_rope<<<dim3(a.n_heads + 1, w), kHeadBlock, 0, s>>>(a);
+    check_launch("qk_rope");
+}
+
+void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s) {
+    k_attend<<<ntok * a.n_heads, kHeadBlock, 0, s>>>(a);
+    check_launch("attend");
+}
+
+void launch_pool(const PoolArgs& a, cudaStream_t s) {
+    k_pool<<<1, kHeadBlock, 0, s>>>(a);
+    check_launch("pool");
+}
+
+void launch_hc_post(float* X, const float* o, const float* post, const float* M, int w, int hc, int d,
+                    cudaStream_t s) {
+    k_hc_post<<<w, kTokBlock, 0, s>>>(X, o, post, M, hc, d);
+    check_launch("hc_post");
+}
+
+void launch_router(const RouterArgs& a, int w, cudaStream_t s) {
+    k_router<<<w, kTokBlock, sizeof(float) * 2 * size_t(a.n_experts), s>>>(a);
+    check_launch("router");
+}
+
+void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
+                   float* xgd, cudaStream_t s) {
+    k_gather<<<rows, kTokBlock, 0, s>>>(xq, xd, tok_of_row, d, xg, xgd);
+    check_launch("gather");
+}
+
+void launch_swiglu(const float* gu, float* h, int rows, int f, float limit, cudaStream_t s) {
+    k_swiglu<<<rows, kTokBlock, 0, s>>>(gu, h, f, limit);
+    check_launch("swiglu");
+}
+
+void launch_combine(const float* y, const int32_t* rowmap, const float* wts, float* o, int w, int top_k, int d,
+                    cudaStream_t s) {
+    k_combine<<<w, kTokBlock, 0, s>>>(y, rowmap, wts, o, top_k, d);
+    check_launch("combine");
+}
+
+void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int w, int hc,
+                  int d, float eps, cudaStream_t s) {
+    k_final<<<w, kTokBlock, 0, s>>>(X, hc_final, final_norm, xin, hc, d, eps);
+    check_launch("final");
+}
+
+}}  // namespace dq::gpu
