@@ -403,3 +403,20 @@ def test_run_on_cuda_without_a_gpu_fails_the_arm_by_name(tmp_path):
     reason = (partial / "INCOMPLETE").read_text()
     assert "failed: arm A: the worker could not start the engine on device cuda: " in reason
     assert "cannot start the engine on device cuda" in (partial / "logs" / "A.log").read_text()
+
+
+def test_calibrate_on_cuda_keeps_every_repeats_gpu_readings(tmp_path, fake_smi):
+    from dflash_qualify.harness.calibrate import calibrate
+
+    log = fake_smi(H200 + "\n")
+    loaded = load_text(tmp_path, protocol_text("cuda"), warmups=0, measured=3)
+    settings = {"repeats": 2, "simulations": 20, "seed": 1, "target_effect_pct": 5.0,
+                "target_power": 0.8, "max_false_rate_pct": 1.0}
+    out = calibrate(loaded, tmp_path / "ev", settings, invocation="test",
+                    make_target=fake_factory({}))
+    assert verify(out.path).ok
+    env = json.loads((out.path / "environment.json").read_text())
+    assert [(v["repeat"], v["visit"]) for v in env["arms"]["B"]["gpu"]] == [(0, 0), (1, 0)]
+    assert len(calls(log)) == 1 + 2 * 3 * 2
+    md = (out.path / "report.md").read_text()
+    assert "| B | after (repeat 2, visit 1) | 0: NVIDIA H200 | 1980 |" in md

@@ -97,8 +97,7 @@ def gpu_state_rows(env: dict) -> list[list[str]]:
         visits = [v for v in visits if isinstance(v, dict)]
         for v in visits:
             for when in ("before", "after"):
-                label = when + (f" (visit {_num(v.get('visit', 0) + 1)})"
-                                if len(visits) > 1 and isinstance(v.get("visit"), int) else "")
+                label = when + _visit_label(v, len(visits))
                 snap = v.get(when)
                 gpus = snap.get("gpus") if isinstance(snap, dict) else None
                 if not isinstance(gpus, list):
@@ -109,3 +108,13 @@ def gpu_state_rows(env: dict) -> list[list[str]]:
                     rows.append([str(arm_id), label, f"{_num(g.get('index'))}: {g.get('name')}"]
                                 + [_num(g.get(k)) for k in _GPU_NUMBERS])
     return rows
+
+
+def _visit_label(visit: dict, visits: int) -> str:
+    """" (visit 2)" / " (repeat 3, visit 1)" when an arm has several readings, else ""."""
+    parts = []
+    if isinstance(visit.get("repeat"), int):   # calibrate: the A/A repeat
+        parts.append(f"repeat {visit['repeat'] + 1}")
+    if isinstance(visit.get("visit"), int):
+        parts.append(f"visit {visit['visit'] + 1}")
+    return f" ({', '.join(parts)})" if visits > 1 and parts else ""
