@@ -324,6 +324,9 @@ struct GpuSessionImpl {
         std::fill(last_logits_h.begin(), last_logits_h.end(), 0.0f);
         pos = 0;
         has_logits = false;
+        // cudaMemset / pageable cudaMemcpy run on the legacy stream, which our non-blocking
+        // stream does not wait for: finish them before any kernel of this session.
+        DQ_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
     void ensure_outputs(int n) {
@@ -608,6 +611,7 @@ void GpuSession::upload_state(const State& st) {
         put(ds.compressed, ls.compressed);
         ds.n_compressed = ls.n_compressed;
     }
+    DQ_CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream copies done before our stream runs
     S.pos = st.pos;
     S.has_logits = st.has_logits;
     S.last_logits_h = st.last_logits;
