@@ -420,3 +420,11 @@ def test_calibrate_on_cuda_keeps_every_repeats_gpu_readings(tmp_path, fake_smi):
     assert len(calls(log)) == 1 + 2 * 3 * 2
     md = (out.path / "report.md").read_text()
     assert "| B | after (repeat 2, visit 1) | 0: NVIDIA H200 | 1980 |" in md
+
+
+def test_gpu_protocol_is_listed(tmp_path):
+    """Where protocols are listed: `run --help` and the unknown-protocol message."""
+    helped = subprocess.run([EXE, "run", "--help"], capture_output=True, text=True, timeout=120)
+    assert "exact-bands-gpu-aba (ds4-gpu on cuda)" in " ".join(helped.stdout.split())
+    with pytest.raises(protocol.UsageError, match=r"bundled: .*exact-bands-gpu-aba"):
+        protocol.load("no-such-protocol")
