@@ -221,22 +221,22 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["mmvq_max_ncols"] = args.mmvq_max_ncols
     if args.device != "cpu":
         kwargs["device"] = args.device
-    device = {"device": args.device} if args.device != "cpu" else {}
+    named = {"device": args.device} if args.device != "cpu" else {}  # in the ready line
     t0 = time.perf_counter()
     try:
         engine = Engine(model=args.model, seed=args.seed, threads=args.threads, **kwargs)
     except Exception as exc:  # EngineError, or e.g. a CUDA runtime error: a ready=false line
         if not isinstance(exc, (EngineError, ValueError, TypeError)):
             _log("".join(traceback.format_exception(exc)).rstrip())
-        where = f" on device {args.device}" if device else ""
+        where = f" on device {args.device}" if named else ""
         _log(f"cannot start the engine{where}: {type(exc).__name__}: {exc}")
-        _send(out, {"ready": False, **device,
+        _send(out, {"ready": False, **named,
                     "error": {"type": type(exc).__name__, "message": str(exc) or "(no message)"}})
         return 2
     _log(f"model {args.model} ready in {time.perf_counter() - t0:.2f} s; "
          f"config {engine.config_hash}")
     _send(out, {"ready": True, "protocol_version": PROTOCOL_VERSION, "pid": os.getpid(),
-                **device, "engine": engine.build_info(), "model": engine.config,
+                **named, "engine": engine.build_info(), "model": engine.config,
                 "config_hash": engine.config_hash, "binaries": _binaries()})
     served = serve(engine, sys.stdin, out)
     _log(f"end of input after {served} requests")

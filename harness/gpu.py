@@ -77,7 +77,10 @@ def read(exe: str | None = None, *, timeout_s: float = TIMEOUT_S) -> dict[str, A
         said = _first_line(out) or _first_line(done.stderr.decode("utf-8", "replace"))
         return failed(f"{EXE} exited with status {done.returncode}"
                       + (f": {_quote(said)}" if said else ""))
-    gpus, problem = parse(out)
+    try:
+        gpus, problem = parse(out)
+    except csv.Error as exc:  # e.g. a NUL byte (Python < 3.11)
+        gpus, problem = None, f"{EXE} output is not CSV ({exc}): {_quote(out)}"
     if gpus is None:
         return failed(problem or "unreadable output")
     return {"source": EXE, "read_utc": stamp, "gpus": gpus, "reason": problem}
