@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from dflash_qualify.harness.targets.fake import FakeScript, fake_factory
 from dflash_qualify.harness.targets.worker import embedded_argv
 from dflash_qualify.harness.verify import verify
 
-EXE = str(Path(sys.executable).parent / "dflash-qualify")
+# beside the interpreter (a venv), else on PATH (scripts/gpu_device_run.sh installs to a prefix)
+EXE = next((str(p) for p in [Path(sys.executable).parent / "dflash-qualify"] if p.exists()),
+           shutil.which("dflash-qualify") or "dflash-qualify")
 H200 = "0, NVIDIA H200, 580.159.04, 1980, 3201, 700.00, 124.76, 36"   # as the H200 printed it
 QUIET_PATH = "/usr/bin:/bin"   # no nvidia-smi on it (checked in the fixture below)
 
@@ -351,11 +354,6 @@ def _worker_ready(args: list[str], env: dict | None = None) -> tuple[int, dict, 
     return done.returncode, json.loads(first), done.stderr
 
 
-def _cuda_engine_starts() -> bool:
-    rc, ready, _ = _worker_ready(["--model", "ds4-tiny", "--device", "cuda"])
-    return ready.get("ready") is True
-
-
 def test_worker_passes_device_only_when_not_cpu(tmp_path):
     """An Engine stand-in that refuses to start and names the keyword arguments it got."""
     probe = ("import sys, dflash_qualify.engine as e\n"
@@ -387,8 +385,10 @@ def test_run_on_cuda_without_a_gpu_fails_the_arm_by_name(tmp_path):
     """dflash-qualify run with device = "cuda" where the engine cannot start on cuda (no CUDA
     build or no GPU): exit 3, one line naming the arm and the device, no traceback, and the
     evidence left incomplete with that reason."""
-    if _cuda_engine_starts():
-        pytest.skip("the engine starts on cuda here (a CUDA build and a GPU): nothing fails")
+    from dflash_qualify.engine import cuda_unavailable_reason
+
+    if cuda_unavailable_reason() is None:
+        pytest.skip("the engine runs on cuda here (a CUDA build and a GPU): nothing fails")
     path = tmp_path / "cuda.toml"
     path.write_text(protocol_text("cuda"))
     done = subprocess.run([EXE, "run", str(path), "--out", str(tmp_path / "ev"),
