@@ -64,6 +64,13 @@ def main() -> int:
         us = median_us(lambda i: torch.nn.functional.linear(x, weights[i % BUFFERS]), args.reps)
         results.append({"ncols": n, "us": us, "tbps": wbytes / (us * 1e-6) / 1e12,
                         "gcolweights_per_s": n * ROWS * COLS / (us * 1e-6) / 1e9})
+    # The other layout: W @ X^T with X^T stored K-major ([K, n] contiguous), i.e. column vectors.
+    results_col = []
+    for n in range(1, 9):
+        xt = xs[:n].T.contiguous()
+        us = median_us(lambda i: torch.matmul(weights[i % BUFFERS], xt), args.reps)
+        results_col.append({"ncols": n, "us": us, "tbps": wbytes / (us * 1e-6) / 1e12,
+                            "gcolweights_per_s": n * ROWS * COLS / (us * 1e-6) / 1e9})
     # Sanity: the product is right (float64 reference on a few rows).
     y = torch.nn.functional.linear(xs[:4], weights[0])
     ref = xs[:4].double() @ weights[0][:64].double().T
@@ -81,13 +88,16 @@ def main() -> int:
         "copy": {"bytes": nbytes, "us": copy_us, "tbps_read_plus_write": copy_tbps},
         "check_rel_err_vs_f64": rel,
         "results": results,
+        "results_w_at_xt": results_col,
+        "layouts": {"results": "torch.nn.functional.linear(x[n, K], W[N, K])",
+                    "results_w_at_xt": "torch.matmul(W[N, K], xt[K, n]) with xt contiguous"},
     }
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=2)
     print(f"torch {torch.__version__} cuBLAS bf16 {ROWS}x{COLS}; copy 1 GiB D2D {copy_tbps:.3f} TB/s (r+w)")
-    print(f"{'ncols':>5} {'us':>9} {'TB/s':>7} {'Gcol*w/s':>10}")
-    for r in results:
-        print(f"{r['ncols']:>5} {r['us']:>9.2f} {r['tbps']:>7.3f} {r['gcolweights_per_s']:>10.1f}")
+    print(f"{'ncols':>5} {'linear us':>10} {'TB/s':>7} {'W@xT us':>9} {'TB/s':>7}")
+    for r, q in zip(results, results_col):
+        print(f"{r['ncols']:>5} {r['us']:>10.2f} {r['tbps']:>7.3f} {q['us']:>9.2f} {q['tbps']:>7.3f}")
     print(f"check rel err vs f64 (4 cols, 64 rows): {rel:.2e}")
     return 0
 

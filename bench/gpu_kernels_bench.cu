@@ -188,18 +188,23 @@ double rel_err_vs_f64(const HostQ8& w, const Acts& a, int ncols, const std::vect
 }
 
 
-// Host emulation of the documented GPU canonical order (q8_kernels.cuh): lane t of 128 owns half
-// (t & 1) of block 64 i + (t >> 1) of chunk i; s = fp16(w.d) * x.d; acc = fmaf(s, isum, acc);
-// the xor butterfly in each warp; (w0 + w1) + (w2 + w3). The kernels must match it bit for bit.
-float gpu_order_emulated(const HostQ8& w, const Acts& a, int r, int c) {
+// Host emulation of the documented GPU canonical order (q8_kernels.cuh) for P warps per row:
+// lane t of 32 P owns half (t & 1) of block 16 P i + (t >> 1) of chunk i; s = fp16(w.d) * x.d;
+// acc = fmaf(s, isum, acc); the xor butterfly in each warp; the pairwise tree over the P warp
+// sums. The kernels must match it bit for bit.
+float pairwise(const float* p, int n) {
+    return n == 1 ? p[0] : pairwise(p, n / 2) + pairwise(p + n / 2, n / 2);
+}
+
+float gpu_order_emulated(const HostQ8& w, const Acts& a, int r, int c, int P) {
     const int nb = w.cols / 32;
-    float warp_sum[4];
-    for (int wi = 0; wi < 4; ++wi) {
+    float warp_sum[16];
+    for (int wi = 0; wi < P; ++wi) {
         float lane[32];
         for (int l = 0; l < 32; ++l) {
             const int t = 32 * wi + l;
             float acc = 0.0f;
-            for (int b = t >> 1; b < nb; b += 64) {
+            for (int b = t >> 1; b < nb; b += 16 * P) {
                 int isum = 0;
                 for (int i = 0; i < 16; ++i) {
                     const int k = b * 32 + (t & 1) * 16 + i;
@@ -217,7 +222,7 @@ float gpu_order_emulated(const HostQ8& w, const Acts& a, int r, int c) {
         }
         warp_sum[wi] = lane[0];
     }
-    return (warp_sum[0] + warp_sum[1]) + (warp_sum[2] + warp_sum[3]);
+    return pairwise(warp_sum, P);
 }
 
 std::vector<float> run_to_host(int which, const Q8Weights& w, const Q8Acts& x, const MmvqConfig* cfg) {
@@ -246,25 +251,41 @@ size_t count_unwritten(const std::vector<float>& y) {
 
 const std::vector<MmvqConfig>& sweep_configs() {
     static const std::vector<MmvqConfig> v = {
-        {1, 2, 4}, {1, 4, 4}, {1, 8, 4}, {2, 2, 4}, {2, 4, 4}, {4, 2, 4},
-        {1, 4, 8}, {1, 8, 8}, {2, 4, 8}, {1, 4, 16}, {2, 2, 16}, {2, 4, 16},
+        {1, 4, 8, 4}, {2, 2, 4, 4}, {2, 4, 4, 4}, {4, 2, 4, 4}, {4, 1, 4, 4}, {4, 1, 8, 4},
+        {1, 2, 8, 8}, {1, 4, 8, 8}, {1, 4, 16, 8}, {2, 2, 8, 8}, {4, 1, 8, 8},
+        {1, 1, 16, 16}, {1, 2, 16, 16}, {2, 1, 16, 16}, {2, 2, 16, 16}, {4, 1, 16, 16},
     };
     return v;
 }
 
 std::string cfg_name(const MmvqConfig& c) {
     return "R" + std::to_string(c.rows_per_warp) + "U" + std::to_string(c.unroll) + "W" +
-           std::to_string(c.warps_per_block);
+           std::to_string(c.warps_per_block) + "P" + std::to_string(c.warps_per_row);
 }
 
 // Bitwise column checks for one weight matrix: every config, every ncols 1..8, column j equals
-// the default 1-column call on column j.
+// the 1-column call on column j with the same warps per row P (the default path: canonical P);
+// configs of one P agree with each other. Returns the default path's ncols-8 output.
 void check_mmvq_bitwise(const std::string& label, const Q8Weights& w, const Acts& a) {
-    std::vector<std::vector<float>> single(8);
-    for (int j = 0; j < 8; ++j) single[j] = run_to_host(0, w, a.view(1, j), nullptr);
+    const int canon_p = dq::cuda::mmvq_warps_per_row(w.cols);
+    std::vector<std::vector<float>> single_by_p[17];
+    auto singles = [&](int p) -> std::vector<std::vector<float>>& {
+        auto& v = single_by_p[p];
+        if (v.empty()) {
+            const MmvqConfig c1{1, 4, 8, 0};
+            for (int j = 0; j < 8; ++j) {
+                if (p == canon_p) v.push_back(run_to_host(0, w, a.view(1, j), nullptr));
+                else {
+                    MmvqConfig c = {1, p == 4 ? 4 : p == 8 ? 2 : 1, 16, p};
+                    v.push_back(run_to_host(0, w, a.view(1, j), &c));
+                }
+            }
+            (void)c1;
+        }
+        return v;
+    };
     size_t bad = 0, unwritten = 0, cases = 0;
-    std::vector<MmvqConfig> cfgs = sweep_configs();
-    for (const auto& cfg : cfgs)
+    for (const auto& cfg : sweep_configs())
         for (int n = 1; n <= 8; ++n) {
             std::vector<float> y;
             try {
@@ -274,12 +295,14 @@ void check_mmvq_bitwise(const std::string& label, const Q8Weights& w, const Acts
                     std::printf("  (skip) %s ncols %d: %s\n", cfg_name(cfg).c_str(), n, e.what());
                 continue;
             }
+            const auto& single = singles(cfg.warps_per_row > 0 ? cfg.warps_per_row : canon_p);
             unwritten += count_unwritten(y);
             for (int j = 0; j < n; ++j)
                 for (int r = 0; r < w.rows; ++r)
                     bad += fbits(y[size_t(j) * w.rows + r]) != fbits(single[j][r]);
             ++cases;
         }
+    const auto& single = singles(canon_p);
     for (int n = 1; n <= 8; ++n) {  // the default path too
         const auto y = run_to_host(0, w, a.view(n), nullptr);
         unwritten += count_unwritten(y);
@@ -440,12 +463,17 @@ int run(int argc, char** argv) {
         char buf[160];
         std::snprintf(buf, sizeof buf, "mmvq %s ncols 8 vs float64: rel err %.2e (tol %.0e)", label.c_str(), e, kRelTol);
         check(e < kRelTol, buf);
-        size_t emu_bad = 0;
-        for (int c = 0; c < 8; ++c)
-            for (int r = 0; r < s.rows; ++r)
-                emu_bad += fbits(gpu_order_emulated(hw, a8, r, c)) != fbits(y8[size_t(c) * s.rows + r]);
-        check(emu_bad == 0, "mmvq " + label + " ncols 8 bitwise == host emulation of the documented order (" +
-                                std::to_string(emu_bad) + " differ)");
+        for (int p : {4, 8, 16}) {
+            const MmvqConfig c8{1, p == 4 ? 4 : p == 8 ? 2 : 1, 16, p};
+            const auto yp = p == dq::cuda::mmvq_warps_per_row(s.cols) ? y8 : run_to_host(0, dw.view(), a8.view(8), &c8);
+            size_t emu_bad = 0;
+            for (int c = 0; c < 8; ++c)
+                for (int r = 0; r < s.rows; ++r)
+                    emu_bad += fbits(gpu_order_emulated(hw, a8, r, c, p)) != fbits(yp[size_t(c) * s.rows + r]);
+            check(emu_bad == 0, "mmvq " + label + " ncols 8 bitwise == host emulation of the documented order, P=" +
+                                    std::to_string(p) + (p == dq::cuda::mmvq_warps_per_row(s.cols) ? " (canonical)" : "") +
+                                    " (" + std::to_string(emu_bad) + " differ)");
+        }
         worst_cpu_order = std::max(worst_cpu_order, max_rel_vs_cpu_order(hw, a8, y8, std::min(s.rows, 64)));
         const Acts a100 = make_acts(100, s.cols, rng, false);
         size_t unwritten = 0;

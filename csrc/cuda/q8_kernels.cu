@@ -100,19 +100,15 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restri
 }
 
 // ---------------------------------------------------------------------------------------------
-// Narrow MMVQ. A row group of kMmvqWarpsPerRow warps (128 lanes) owns R consecutive rows and
-// splits K between its lanes: per 2048-byte chunk of K, lane t loads 16 bytes of each row
-// (coalesced) and the matching 16 bytes of each activation column (once, shared by the R rows).
-// U chunks are loaded before the first is used (U * R 16-byte weight loads in flight per lane).
-// Per lane and (row, column) the float sequence is the canonical one in the header: one fmul and
-// one fma per chunk, chunks in K order; then the fixed butterfly in each warp and the fixed
-// (w0 + w1) + (w2 + w3) across the group's warps, whatever R, U, NC or the block size are.
-constexpr int kMmvqWarpsPerRow = 4;                        // part of the canonical order
-constexpr int kMmvqLanes = 32 * kMmvqWarpsPerRow;          // 128 lanes per row
-constexpr int kMmvqChunkBytes = 16 * kMmvqLanes;           // 2048 bytes of K per chunk
-constexpr int kMmvqChunkBlocks = kMmvqChunkBytes / kQK;    // 64 blocks per chunk
-constexpr int kMmvqMaxGroups = 4;                          // row groups per CTA (16 warps)
-static_assert(kMmvqWarpsPerRow == 4, "the cross-warp sum below is written for 4 warps");
+// Narrow MMVQ. A row group of P warps (32 P lanes) owns R consecutive rows and splits K between
+// its lanes: per (512 P)-byte chunk of K, lane t loads 16 bytes of each row (coalesced) and the
+// matching 16 bytes of each activation column (once, shared by the R rows). U chunks are loaded
+// before the first is used (U * R 16-byte weight loads in flight per lane). Per lane and (row,
+// column) the float sequence is the canonical one in the header: one fmul and one fma per chunk,
+// chunks in K order; then the fixed butterfly in each warp and the fixed pairwise tree across
+// the group's P warps, whatever R, U, NC or the block size are. P is part of the order: it is a
+// function of cols only (mmvq_warps_per_row).
+constexpr int kMmvqMaxWarps = 16;  // warps per CTA at most
 
 template <int NC, int R>
 __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned short (&wd)[R],
@@ -135,20 +131,33 @@ __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned s
     }
 }
 
-template <int NC, int R, int U>
+// Pairwise tree over n consecutive values at stride `stride`: (p0 + p1) + (p2 + p3) for n = 4.
+template <int N>
+__device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
+    if constexpr (N == 1) {
+        return p[0];
+    } else {
+        return __fadd_rn(pairwise_sum<N / 2>(p, stride), pairwise_sum<N / 2>(p + (N / 2) * stride, stride));
+    }
+}
+
+template <int NC, int R, int U, int P>
 __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
                             const int8_t* __restrict__ xq, const float* __restrict__ xd,
                             float* __restrict__ y, int rows, int cols) {
-    __shared__ float part[kMmvqMaxGroups][kMmvqWarpsPerRow][R][NC];
+    constexpr int kLanes = 32 * P;
+    constexpr int kChunkBytes = 16 * kLanes;
+    constexpr int kChunkBlocks = kChunkBytes / kQK;
+    __shared__ float part[kMmvqMaxWarps][R][NC];
     const int lane = threadIdx.x & 31;
-    const int grp = threadIdx.x / kMmvqLanes;           // row group within the CTA
-    const int t = threadIdx.x % kMmvqLanes;             // lane within the row group
-    const int wig = t >> 5;                             // warp within the row group
-    const long long row0 = ((long long)blockIdx.x * (blockDim.x / kMmvqLanes) + grp) * R;
+    const int warp = threadIdx.x >> 5;
+    const int grp = threadIdx.x / kLanes;               // row group within the CTA
+    const int t = threadIdx.x % kLanes;                 // lane within the row group
+    const long long row0 = ((long long)blockIdx.x * (blockDim.x / kLanes) + grp) * R;
     const bool active = row0 < rows;                    // idle groups still reach the barrier
     const int nb = cols / kQK;
-    const int nfull = active ? nb / kMmvqChunkBlocks : 0;  // chunks whose 64 blocks all exist
-    const int nchunks = active ? (nb + kMmvqChunkBlocks - 1) / kMmvqChunkBlocks : 0;
+    const int nfull = active ? nb / kChunkBlocks : 0;   // chunks whose blocks all exist
+    const int nchunks = active ? (nb + kChunkBlocks - 1) / kChunkBlocks : 0;
     const int lb = t >> 1;                              // this lane's block within a chunk
     const int lo = t * 16;                              // this lane's byte offset within a chunk
 
@@ -157,7 +166,6 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         long long row = row0 + r < rows ? row0 + r : rows - 1;  // tail rows: load, don't store
-        if (row < 0) row = 0;
         wrow[r] = wq + size_t(row) * cols + lo;
         drow[r] = wdp + size_t(row) * nb + lb;
     }
@@ -175,25 +183,25 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                wv[u][r] = ld_stream_v4(wrow[r] + size_t(ch + u) * kMmvqChunkBytes);
-                wd[u][r] = ld_stream_u16(drow[r] + (ch + u) * kMmvqChunkBlocks);
+                wv[u][r] = ld_stream_v4(wrow[r] + size_t(ch + u) * kChunkBytes);
+                wd[u][r] = ld_stream_u16(drow[r] + (ch + u) * kChunkBlocks);
             }
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(ch + u) * kMmvqChunkBytes + lo,
-                              (ch + u) * kMmvqChunkBlocks + lb, cols, nb, acc);
+            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(ch + u) * kChunkBytes + lo,
+                              (ch + u) * kChunkBlocks + lb, cols, nb, acc);
     }
     for (; ch < nchunks; ++ch) {  // the rest, one chunk at a time, same per-lane order
-        if (ch * kMmvqChunkBlocks + lb < nb) {
+        if (ch * kChunkBlocks + lb < nb) {
             int4 wv[R];
             unsigned short wd[R];
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                wv[r] = ld_stream_v4(wrow[r] + size_t(ch) * kMmvqChunkBytes);
-                wd[r] = ld_stream_u16(drow[r] + ch * kMmvqChunkBlocks);
+                wv[r] = ld_stream_v4(wrow[r] + size_t(ch) * kChunkBytes);
+                wd[r] = ld_stream_u16(drow[r] + ch * kChunkBlocks);
             }
-            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kMmvqChunkBytes + lo,
-                              ch * kMmvqChunkBlocks + lb, cols, nb, acc);
+            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + lb,
+                              cols, nb, acc);
         }
     }
 #pragma unroll
@@ -203,45 +211,52 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
             float v = acc[r][c];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-            if (lane == 0) part[grp][wig][r][c] = v;
+            if (lane == 0) part[warp][r][c] = v;
         }
-    __syncthreads();
+    if constexpr (P > 1) __syncthreads();
     if (t < R * NC) {
         const int r = t / NC, c = t % NC;
-        if (row0 + r < rows) {
-            const float* p = &part[grp][0][r][c];
-            constexpr int kStride = R * NC;  // between warps of the group
-            y[size_t(c) * rows + row0 + r] =
-                __fadd_rn(__fadd_rn(p[0], p[kStride]), __fadd_rn(p[2 * kStride], p[3 * kStride]));
-        }
+        if (row0 + r < rows)
+            y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[grp * P][r][c], R * NC);
     }
 }
 
 using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
                         int);
 
-template <int R, int U>
+template <int R, int U, int P>
 MmvqFn mmvq_fn(int nc) {
     switch (nc) {
-        case 1: return mmvq_kernel<1, R, U>;
-        case 2: return mmvq_kernel<2, R, U>;
-        case 3: return mmvq_kernel<3, R, U>;
-        case 4: return mmvq_kernel<4, R, U>;
-        case 5: return mmvq_kernel<5, R, U>;
-        case 6: return mmvq_kernel<6, R, U>;
-        case 7: return mmvq_kernel<7, R, U>;
-        default: return mmvq_kernel<8, R, U>;
+        case 1: return mmvq_kernel<1, R, U, P>;
+        case 2: return mmvq_kernel<2, R, U, P>;
+        case 3: return mmvq_kernel<3, R, U, P>;
+        case 4: return mmvq_kernel<4, R, U, P>;
+        case 5: return mmvq_kernel<5, R, U, P>;
+        case 6: return mmvq_kernel<6, R, U, P>;
+        case 7: return mmvq_kernel<7, R, U, P>;
+        default: return mmvq_kernel<8, R, U, P>;
     }
 }
 
-// Instantiated (rows per warp, unroll) pairs: R * U <= 8 row loads in flight per lane.
-MmvqFn mmvq_pick(int nc, int r, int u) {
-    if (r == 1 && u == 2) return mmvq_fn<1, 2>(nc);
-    if (r == 1 && u == 4) return mmvq_fn<1, 4>(nc);
-    if (r == 1 && u == 8) return mmvq_fn<1, 8>(nc);
-    if (r == 2 && u == 2) return mmvq_fn<2, 2>(nc);
-    if (r == 2 && u == 4) return mmvq_fn<2, 4>(nc);
-    if (r == 4 && u == 2) return mmvq_fn<4, 2>(nc);
+// Instantiated (R, U, P) triples.
+MmvqFn mmvq_pick(int nc, int r, int u, int p) {
+#define DQ_MMVQ_CASE(R_, U_, P_) \
+    if (r == R_ && u == U_ && p == P_) return mmvq_fn<R_, U_, P_>(nc);
+    DQ_MMVQ_CASE(1, 4, 4)
+    DQ_MMVQ_CASE(2, 2, 4)
+    DQ_MMVQ_CASE(2, 4, 4)
+    DQ_MMVQ_CASE(4, 2, 4)
+    DQ_MMVQ_CASE(4, 1, 4)
+    DQ_MMVQ_CASE(1, 2, 8)
+    DQ_MMVQ_CASE(1, 4, 8)
+    DQ_MMVQ_CASE(2, 2, 8)
+    DQ_MMVQ_CASE(4, 1, 8)
+    DQ_MMVQ_CASE(1, 1, 16)
+    DQ_MMVQ_CASE(1, 2, 16)
+    DQ_MMVQ_CASE(2, 1, 16)
+    DQ_MMVQ_CASE(2, 2, 16)
+    DQ_MMVQ_CASE(4, 1, 16)
+#undef DQ_MMVQ_CASE
     return nullptr;
 }
 
@@ -404,28 +419,35 @@ void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cuda
     check_launch("quantize_q8");
 }
 
+int mmvq_warps_per_row(int cols) {
+    (void)cols;
+    return 4;
+}
+
 MmvqConfig mmvq_default_config(int ncols) {
     // Chosen from the H200 sweep recorded in docs/gpu-kernels.md.
-    if (ncols <= 1) return {1, 4, 8};
-    if (ncols <= 4) return {2, 4, 8};
-    return {2, 2, 8};
+    if (ncols <= 1) return {1, 4, 8, 0};
+    if (ncols <= 4) return {4, 1, 4, 0};
+    return {4, 1, 4, 0};
 }
 
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
                       cudaStream_t s) {
     validate(w, x, y, 8);
-    if (cfg.warps_per_block < kMmvqWarpsPerRow ||
-        cfg.warps_per_block > kMmvqWarpsPerRow * kMmvqMaxGroups ||
-        cfg.warps_per_block % kMmvqWarpsPerRow != 0)
-        throw std::invalid_argument("dq::cuda::mmvq: warps_per_block must be 4, 8, 12 or 16");
-    const MmvqFn fn = mmvq_pick(x.ncols, cfg.rows_per_warp, cfg.unroll);
+    const int p = cfg.warps_per_row > 0 ? cfg.warps_per_row : mmvq_warps_per_row(w.cols);
+    if (cfg.warps_per_block < p || cfg.warps_per_block > kMmvqMaxWarps ||
+        cfg.warps_per_block % p != 0)
+        throw std::invalid_argument("dq::cuda::mmvq: warps_per_block must be a multiple of the "
+                                    "warps per row, at most 16");
+    const MmvqFn fn = mmvq_pick(x.ncols, cfg.rows_per_warp, cfg.unroll, p);
     if (fn == nullptr)
         throw std::invalid_argument("dq::cuda::mmvq: no kernel for rows_per_warp " +
                                     std::to_string(cfg.rows_per_warp) + ", unroll " +
-                                    std::to_string(cfg.unroll));
+                                    std::to_string(cfg.unroll) + ", warps per row " +
+                                    std::to_string(p));
     prefer_l1(reinterpret_cast<const void*>(fn));
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
-    const int groups_per_cta = cfg.warps_per_block / kMmvqWarpsPerRow;
+    const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
     fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
     check_launch("mmvq");

@@ -48,11 +48,14 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per warp, the chunks in flight and the block size change scheduling, never the order.
 struct MmvqConfig {
-    int rows_per_warp;    // R: rows each 4-warp row group computes together (sharing each
-                          //    activation load); (R, U) in {(1,2), (1,4), (1,8), (2,2), (2,4), (4,2)}
-    int unroll;           // U: 2048-byte chunks per row in flight per row group
-    int warps_per_block;  // 4, 8, 12 or 16: row groups of 4 warps per CTA
+    int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
+    int unroll;           // U: chunks per row in flight per row group
+    int warps_per_block;  // a multiple of the warps per row, at most 16
+    int warps_per_row;    // P: 0 = the canonical mmvq_warps_per_row(cols); another value
+                          //    changes the reduction order (benches only)
 };
+// Warps per output row in the canonical order, a function of cols only.
+int mmvq_warps_per_row(int cols);
 // The configuration mmvq() uses for a given ncols (1..8).
 MmvqConfig mmvq_default_config(int ncols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
