@@ -49,6 +49,14 @@ __device__ __forceinline__ unsigned short ld_stream_u16(const uint16_t* p) {
     return v;
 }
 
+// L2 prefetches (no registers held): a bulk range (16-byte aligned address and size) and a line.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));  // exact widening
 }
@@ -144,7 +152,7 @@ __device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
 template <int NC, int R, int U, int P>
 __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
                             const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                            float* __restrict__ y, int rows, int cols) {
+                            float* __restrict__ y, int rows, int cols, int pfd) {
     constexpr int kLanes = 32 * P;
     constexpr int kChunkBytes = 16 * kLanes;
     constexpr int kChunkBlocks = kChunkBytes / kQK;
@@ -175,8 +183,32 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
 #pragma unroll
         for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
+    // Optional L2 prefetch pfd chunks ahead (one thread per row group): it keeps DRAM reads in
+    // flight beyond what the registers hold, so the loads below find their lines in L2.
+    const int8_t* wbase[R];
+    const uint16_t* dbase[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        wbase[r] = wrow[r] - lo;
+        dbase[r] = drow[r] - lb;
+    }
+    const size_t row_bytes = size_t(cols);
+    auto prefetch = [&](int c0, int nch) {  // chunks [c0, c0 + nch), clipped to the row
+        const size_t b0 = size_t(c0) * kChunkBytes;
+        if (b0 >= row_bytes) return;
+        const size_t b1 = b0 + size_t(nch) * kChunkBytes < row_bytes ? b0 + size_t(nch) * kChunkBytes : row_bytes;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            prefetch_l2_bulk(wbase[r] + b0, uint32_t(b1 - b0));
+            for (size_t sb = b0 / kQK * 2; sb < b1 / kQK * 2; sb += 128)
+                prefetch_l2_line(reinterpret_cast<const char*>(dbase[r]) + sb);
+        }
+    };
+    if (pfd > 0 && t == 0) prefetch(0, pfd);
+
     int ch = 0;
     for (; ch + U <= nfull; ch += U) {
+        if (pfd > 0 && t == 0) prefetch(ch + pfd, U);
         int4 wv[U][R];
         unsigned short wd[U][R];
 #pragma unroll
@@ -222,7 +254,7 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
 }
 
 using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
-                        int);
+                        int, int);
 
 template <int R, int U, int P>
 MmvqFn mmvq_fn(int nc) {
@@ -247,15 +279,6 @@ MmvqFn mmvq_pick(int nc, int r, int u, int p) {
     DQ_MMVQ_CASE(2, 4, 4)
     DQ_MMVQ_CASE(4, 2, 4)
     DQ_MMVQ_CASE(4, 1, 4)
-    DQ_MMVQ_CASE(1, 2, 8)
-    DQ_MMVQ_CASE(1, 4, 8)
-    DQ_MMVQ_CASE(2, 2, 8)
-    DQ_MMVQ_CASE(4, 1, 8)
-    DQ_MMVQ_CASE(1, 1, 16)
-    DQ_MMVQ_CASE(1, 2, 16)
-    DQ_MMVQ_CASE(2, 1, 16)
-    DQ_MMVQ_CASE(2, 2, 16)
-    DQ_MMVQ_CASE(4, 1, 16)
 #undef DQ_MMVQ_CASE
     return nullptr;
 }
@@ -426,9 +449,9 @@ int mmvq_warps_per_row(int cols) {
 
 MmvqConfig mmvq_default_config(int ncols) {
     // Chosen from the H200 sweep recorded in docs/gpu-kernels.md.
-    if (ncols <= 1) return {1, 4, 8, 0};
-    if (ncols <= 4) return {4, 1, 4, 0};
-    return {4, 1, 4, 0};
+    if (ncols <= 1) return {1, 4, 8, 0, 0};
+    if (ncols <= 4) return {4, 1, 4, 0, 0};
+    return {4, 1, 4, 0, 0};
 }
 
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
@@ -449,7 +472,8 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
     const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
-    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols,
+                                                 cfg.prefetch_chunks > 0 ? cfg.prefetch_chunks : 0);
     check_launch("mmvq");
 }
 

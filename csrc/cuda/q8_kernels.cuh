@@ -53,6 +53,7 @@ struct MmvqConfig {
     int warps_per_block;  // a multiple of the warps per row, at most 16
     int warps_per_row;    // P: 0 = the canonical mmvq_warps_per_row(cols); another value
                           //    changes the reduction order (benches only)
+    int prefetch_chunks;  // 0: off; else bulk L2 prefetch of each row this many chunks ahead
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
