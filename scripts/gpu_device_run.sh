@@ -19,14 +19,15 @@ summary="$OUT/summary.md"
 note() { echo "$*" | tee -a "$summary"; }
 stamp() { date -u +%H:%M:%S; }
 
-venv=$(mktemp -d)/venv
-python3 -m venv --system-site-packages "$venv"
-. "$venv/bin/activate"
+# Installs into the machine's own python3 environment (the lent machine is bare and given back
+# after the call; tests expect the dflash-qualify script beside sys.executable). Elsewhere, run
+# it inside a venv made for the purpose (python3 -m venv --system-site-packages).
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 note "# dflash-qualify on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>/dev/null | head -1)"
 echo "[$(stamp)] build (DQ_CUDA=ON)"
 t0=$(date +%s)
-if ! pip install --no-build-isolation --no-deps -q -C cmake.define.DQ_CUDA=ON . >"$OUT/build.log" 2>&1; then
+if ! python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
+    >"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   note "build: FAILED (see build.log)"
   exit 1
@@ -37,7 +38,7 @@ repo=$OLDPWD
 
 echo "[$(stamp)] GPU tests"
 t0=$(date +%s)
-timeout "${DQ_TESTS_TIMEOUT:-240}" python -m pytest -q -rs -s -p no:cacheprovider "$repo"/tests/test_gpu*.py >"$OUT/tests.log" 2>&1
+timeout "${DQ_TESTS_TIMEOUT:-240}" python3 -m pytest -q -rs -s -p no:cacheprovider "$repo"/tests/test_gpu*.py >"$OUT/tests.log" 2>&1
 rc=$?
 note "tests/test_gpu*.py: exit $rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/tests.log")"
 grep -h "CPU vs GPU" "$OUT/tests.log" | head -1 | tee -a "$summary"
@@ -55,7 +56,7 @@ fi
 
 echo "[$(stamp)] ds4-gpu prefill bench"
 md=$(mktemp)
-timeout "${DQ_BENCH_TIMEOUT:-180}" python "$repo/bench/gpu_prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
+timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu_prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
 note "bench/gpu_prefill.py: exit $?"
 
 if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; then
@@ -68,6 +69,23 @@ if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; t
   } >"$OUT/qualify.log" 2>&1
   grep -E "exit code|QUALIFIED|gain|drift|manifest|Evidence" "$OUT/qualify.log" | head -12 | tee -a "$summary"
   tar -C "$ev" -czf "$OUT/evidence.tar.gz" .
+fi
+
+if [ "${DQ_PROFILE:-0}" = 1 ]; then  # optional: kernel time summary of a 64-token q1 + q4 prefill
+  nsys_bin=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$nsys_bin" ]; then
+    echo "[$(stamp)] nsys profile"
+    timeout 180 "$nsys_bin" profile -t cuda -o ./prof --force-overwrite true python3 -c "
+from dflash_qualify.engine import Engine
+e = Engine('ds4-gpu', device='cuda'); t = list(range(1, 65))
+for c in (1, 4): e.prefill(t, chunk=c, bands=c > 1)
+for c in (1, 4): print('q%d' % c, e.prefill(t, chunk=c, bands=c > 1).prefill_ns / 64e3, 'us/token')
+" >>"$OUT/bench.log" 2>&1
+    "$nsys_bin" stats -r cuda_gpu_kern_sum,cuda_api_sum -f csv ./prof.nsys-rep 2>/dev/null | cut -c1-220 | head -60 >>"$OUT/bench.log"
+    note "nsys: kernel summary appended to bench.log"
+  else
+    note "nsys: not found"
+  fi
 fi
 
 echo "[$(stamp)] done"

@@ -159,7 +159,7 @@ def test_gpu_approximate_mode_runs_and_is_labelled(gpu: Engine) -> None:
     assert np.isfinite(res.logits).all()
 
 
-def test_gpu_bad_input_matches_cpu(gpu: Engine) -> None:
+def test_gpu_bad_input_matches_cpu(gpu: Engine, tmp_path) -> None:
     for call, pattern in [
         (lambda e: e.prefill([]), "at least one"),
         (lambda e: e.prefill([300]), "out of range"),
@@ -171,4 +171,5 @@ def test_gpu_bad_input_matches_cpu(gpu: Engine) -> None:
             call(gpu)
     with pytest.raises(EngineError, match="trace capture runs on the CPU engine only"):
         from dflash_qualify.engine.trace import traced_generate
-        traced_generate(gpu, "x", max_tokens=1, trace={"level": "digest", "snapshot_at": None, "perturb": None})
+        traced_generate(gpu, "x", max_tokens=1, trace={"level": "digest", "path": str(tmp_path / "t.jsonl"),
+                                                       "snapshot_at": None, "perturb": None})

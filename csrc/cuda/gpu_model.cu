@@ -237,12 +237,13 @@ struct GpuSessionImpl {
     // Step scratch (kMaxStep tokens; MoE rows: w shared + w*top_k routed).
     int max_rows;
     int32_t* tokens;  // [ctx]
-    float *X, *mean, *xin, *xn, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
+    float *X, *mean, *dyn, *rlogits, *xin, *xn, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
     int8_t *xq, *aq, *xg, *hq;
     float *xd, *ad, *xgd, *hqd;
     int32_t *ids, *tok_of_row, *rowmap;
     size_t score_stride;
     Pinned<int32_t> ids_h, rows_h;  // rows_h: tok_of_row [max_rows] then rowmap [kMaxStep*top_k]
+    cudaEvent_t ids_ready = nullptr;
     // Prefill outputs (grown on demand).
     float* out_logits = nullptr;
     int32_t* out_rid = nullptr;
@@ -276,6 +277,8 @@ struct GpuSessionImpl {
         tokens = arena.alloc<int32_t>(c.ctx);
         X = arena.alloc<float>(W * hc * d);
         mean = arena.alloc<float>(W * d);
+        dyn = arena.alloc<float>(W * c.hc_dyn_rows());
+        rlogits = arena.alloc<float>(W * c.n_experts);
         xin = arena.alloc<float>(W * d);
         xn = arena.alloc<float>(W * d);
         post = arena.alloc<float>(W * hc);
@@ -303,8 +306,14 @@ struct GpuSessionImpl {
         for (int r : c.ratios) max_comp = std::max(max_comp, c.max_compressed(r));
         score_stride = size_t(max_comp + c.n_swa);
         scores = arena.alloc<float>(W * c.n_heads * score_stride);
+        DQ_CUDA_CHECK(cudaEventCreateWithFlags(&ids_ready, cudaEventDisableTiming));
         reset();
     }
+    ~GpuSessionImpl() {
+        if (ids_ready) cudaEventDestroy(ids_ready);
+    }
+    GpuSessionImpl(const GpuSessionImpl&) = delete;
+    GpuSessionImpl& operator=(const GpuSessionImpl&) = delete;
 
     void reset() {
         const ModelConfig& c = m.cfg;
@@ -358,7 +367,7 @@ struct GpuSessionImpl {
         DevLayerState& ls = layers[l];
         const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
         cudaStream_t s = m.stream;
-        launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+        launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
                       c.norm_eps, s);
         cuda::quantize_q8(xn, w, d, xq, xd, s);
         mm(L.w_proj, xq, xd, w, proj, mode, st);
@@ -395,16 +404,23 @@ struct GpuSessionImpl {
         const DevLayer& L = m.layers[l];
         const int d = c.d_model, K = c.top_k, f = c.d_ff;
         cudaStream_t s = m.stream;
-        launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+        launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
                       c.norm_eps, s);
         cuda::quantize_q8(xn, w, d, xq, xd, s);
         launch_router(RouterArgs{xn, L.router, L.router_bias, L.tid2eid, tok_dev, d, c.n_experts, K,
                                  l < c.n_hash_layers, c.routed_scale, ids, wts, rid, rw, route_off},
-                      w, s);
-        // Group columns per expert on the host (one readback per layer): rows 0..w-1 are the
-        // shared expert's (token order), then each routed expert's columns in expert order.
+                      rlogits, w, s);
         DQ_CUDA_CHECK(cudaMemcpyAsync(ids_h.p, ids, sizeof(int32_t) * w * K, cudaMemcpyDeviceToHost, s));
-        DQ_CUDA_CHECK(cudaStreamSynchronize(s));
+        DQ_CUDA_CHECK(cudaEventRecord(ids_ready, s));
+        // The shared expert needs no routing: queue it on every column while the host waits.
+        // MoE rows: 0..w-1 the shared expert's (token order), then each routed expert's
+        // columns in expert order (gu/h/hq/y rows; xg rows likewise).
+        const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
+        mm(L.shared_w13, xq, xd, w, gu, mode, st);
+        launch_swiglu(gu, h, w, f, c.swiglu_limit, s);
+        cuda::quantize_q8(h, w, f, hq, hqd, s);
+        mm(L.shared_w2, hq, hqd, w, y, mode, st);
+        DQ_CUDA_CHECK(cudaEventSynchronize(ids_ready));  // one readback of the route ids per layer
         int32_t* tor = rows_h.p;
         int32_t* rmap = rows_h.p + max_rows;
         int nrows = 0;
@@ -420,18 +436,16 @@ struct GpuSessionImpl {
                     }
             count[e] = nrows - base[e];
         }
+        const int nr = nrows - w;  // routed rows (w * top_k)
         DQ_CUDA_CHECK(cudaMemcpyAsync(tok_of_row, tor, sizeof(int32_t) * max_rows, cudaMemcpyHostToDevice, s));
         DQ_CUDA_CHECK(cudaMemcpyAsync(rowmap, rmap, sizeof(int32_t) * w * K, cudaMemcpyHostToDevice, s));
-        launch_gather(xq, xd, tok_of_row, nrows, d, xg, xgd, s);
-        const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
-        mm(L.shared_w13, xg, xgd, w, gu, mode, st);
+        launch_gather(xq, xd, tok_of_row + w, nr, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
         for (int e = 0; e < c.n_experts; ++e)
             if (count[e])
                 mm(L.exp_w13[e], xg + size_t(base[e]) * d, xgd + size_t(base[e]) * nbd, count[e],
                    gu + size_t(base[e]) * 2 * f, mode, st);
-        launch_swiglu(gu, h, nrows, f, c.swiglu_limit, s);
-        cuda::quantize_q8(h, nrows, f, hq, hqd, s);
-        mm(L.shared_w2, hq, hqd, w, y, mode, st);
+        launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, nr, f, c.swiglu_limit, s);
+        cuda::quantize_q8(h + size_t(w) * f, nr, f, hq + size_t(w) * f, hqd + size_t(w) * nbf, s);
         for (int e = 0; e < c.n_experts; ++e)
             if (count[e])
                 mm(L.exp_w2[e], hq + size_t(base[e]) * f, hqd + size_t(base[e]) * nbf, count[e],

@@ -10,8 +10,10 @@ namespace dq { namespace gpu {
 
 namespace {
 
-constexpr int kTokBlock = 256;   // threads per token block
-constexpr int kHeadBlock = 128;  // threads per (token, head) block
+constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
+constexpr int kDotBlock = 256;   // threads per (token, row) dot product
+constexpr int kHeadBlock = 256;  // threads per (token, head) attention block
+constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
 constexpr int kMaxHc = 16;
 
 void check_launch(const char* what) {
@@ -57,13 +59,6 @@ __device__ void block_rms_norm(const float* x, const float* gain, float* y, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = gain ? x[i] * inv * gain[i] : x[i] * inv;
 }
 
-// Dot of a and b (n floats) by one warp: lane-strided partials, then the butterfly.
-__device__ __forceinline__ float warp_dot(const float* a, const float* b, int n) {
-    float s = 0.0f;
-    for (int i = threadIdx.x & 31; i < n; i += 32) s += a[i] * b[i];
-    return warp_sum(s);
-}
-
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Neox RoPE on the last rope_dim dims of one head row (thread per pair).
@@ -85,31 +80,47 @@ __global__ void k_embed(const int32_t* tokens, const float* embed, float* X, int
         for (int k = threadIdx.x; k < d; k += blockDim.x) x[size_t(i) * d + k] = e[k];
 }
 
-__global__ void k_hc_pre(DevHC p, const float* norm, const float* Xall, float* mean_all, float* xin_all,
-                         float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
-                         float eps) {
-    extern __shared__ float dyn[];  // [2*hc + hc*hc]
+// mean[j] = rms_norm(mean over streams of X[j]) (no gain).
+__global__ void k_hc_mean(const float* Xall, float* mean_all, int hc, int d, float eps) {
     __shared__ float sh[32];
-    __shared__ float pre[kMaxHc];
     const int j = blockIdx.x;
-    const int rows = 2 * hc + hc * hc;
     const float* X = Xall + size_t(j) * hc * d;
     float* mean = mean_all + size_t(j) * d;
-    float* xin = xin_all + size_t(j) * d;
     const float inv_hc = 1.0f / float(hc);
+#pragma unroll 4
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float s = 0.0f;
         for (int i = 0; i < hc; ++i) s += X[size_t(i) * d + k];
         mean[k] = s * inv_hc;
     }
     block_rms_norm(mean, nullptr, mean, d, eps, sh);
-    __syncthreads();
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int r = wid; r < rows; r += nw) {
-        const float v = warp_dot(p.w_dyn + size_t(r) * d, mean, d);
-        if (lane == 0) dyn[r] = v;
-    }
-    __syncthreads();
+}
+
+// y[j, r] = W[r] . x[j] for r < rows (one block per (row, token); fixed per-thread strides,
+// then the block tree). W [rows, d] row-major, x [w, d], y [w, rows].
+__global__ void k_rowdot(const float* W, const float* x_all, float* y_all, int rows, int d) {
+    __shared__ float sh[32];
+    const int r = blockIdx.x, j = blockIdx.y;
+    const float* wr = W + size_t(r) * d;
+    const float* x = x_all + size_t(j) * d;
+    float s = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += wr[i] * x[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) y_all[size_t(j) * rows + r] = s;
+}
+
+// hc_mix + sublayer norm for token j: dyn [rows] -> pre/post/M (Sinkhorn), x_in, xn.
+__global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const float* dyn_all, float* xin_all,
+                         float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
+                         float eps) {
+    __shared__ float sh[32];
+    __shared__ float pre[kMaxHc];
+    const int j = blockIdx.x;
+    const int rows = 2 * hc + hc * hc;
+    const float* X = Xall + size_t(j) * hc * d;
+    const float* dyn = dyn_all + size_t(j) * rows;
+    float* xin = xin_all + size_t(j) * d;
     if (threadIdx.x == 0) {  // hc_mix's small serial part, in the CPU's order
         float* post = post_all + size_t(j) * hc;
         float* M = M_all + size_t(j) * hc * hc;
@@ -137,6 +148,7 @@ __global__ void k_hc_pre(DevHC p, const float* norm, const float* Xall, float* m
         }
     }
     __syncthreads();
+#pragma unroll 4
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float s = 0.0f;
         for (int i = 0; i < hc; ++i) s += pre[i] * X[size_t(i) * d + k];
@@ -163,6 +175,7 @@ __global__ void k_qk_rope(QkRopeArgs a) {
 }
 
 __global__ void k_attend(AttendArgs a) {
+    extern __shared__ float qsh[];  // [head_dim] the query head
     __shared__ float sh[32];
     const int item = blockIdx.x;
     const int j = a.j0 + item / a.n_heads, h = item % a.n_heads;
@@ -175,19 +188,21 @@ __global__ void k_attend(AttendArgs a) {
             a.comp_score[slot + k] = p[a.q_dim + 2 * hd + k];
         }
     }
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) qsh[k] = p[size_t(h) * hd + k];
+    __syncthreads();
     const int lo = max(0, pos - a.n_swa + 1);
     const int nwin = pos - lo + 1, nc = a.n_compressed, n = nc + nwin;
     const float scale = 1.0f / sqrtf(float(hd));
-    const float* q = p + size_t(h) * hd;
     float* s = a.scores + size_t(item) * a.score_stride;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int i = wid; i < n; i += nw) {
+    // One thread per key row: the dot runs over channels in order.
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float* key = i < nc ? a.compressed + size_t(i) * hd
                                   : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
-        const float v = warp_dot(q, key, hd);
-        if (lane == 0) s[i] = v * scale;
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int k = 0; k < hd; ++k) acc += qsh[k] * key[k];
+        s[i] = acc * scale;
     }
-    __syncthreads();
     float m = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, s[i]);
     m = block_max(m, sh);
@@ -201,6 +216,7 @@ __global__ void k_attend(AttendArgs a) {
     float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
     for (int k = threadIdx.x; k < hd; k += blockDim.x) {
         float acc = 0.0f;
+#pragma unroll 8
         for (int i = 0; i < n; ++i) {
             const float* v = i < nc ? a.compressed + size_t(i) * hd
                                     : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
@@ -227,6 +243,7 @@ __global__ void k_pool(PoolArgs a) {
             mx = fmaxf(mx, a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k]);
         }
         float sum = 0.0f, acc = 0.0f;
+#pragma unroll 4
         for (int i = 0; i < n; ++i) {
             const int p = first + i;
             const float l = a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k];
@@ -263,19 +280,14 @@ __global__ void k_hc_post(float* Xall, const float* o_all, const float* post_all
 
 __device__ float sqrt_softplus_dev(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
 
-__global__ void k_router(RouterArgs a) {
-    extern __shared__ float sm[];  // logits/score [E], sel [E]
+__global__ void k_router(RouterArgs a, const float* logits_all) {
+    extern __shared__ float sm[];  // score [E], sel [E]
     float* score = sm;
     float* sel = sm + a.n_experts;
     const int j = blockIdx.x;
-    const float* xn = a.xn + size_t(j) * a.d;
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int e = wid; e < a.n_experts; e += nw) {
-        const float v = warp_dot(a.router + size_t(e) * a.d, xn, a.d);
-        if (lane == 0) score[e] = v;
-    }
-    __syncthreads();
     if (threadIdx.x != 0) return;
+    const float* logits = logits_all + size_t(j) * a.n_experts;
+    for (int e = 0; e < a.n_experts; ++e) score[e] = logits[e];
     const int E = a.n_experts, K = a.top_k;
     for (int e = 0; e < E; ++e) {
         score[e] = sqrt_softplus_dev(score[e]);
@@ -362,12 +374,17 @@ void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, in
     check_launch("embed");
 }
 
-void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* xin, float* xn,
-                   float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps, cudaStream_t s) {
+void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* dyn, float* xin,
+                   float* xn, float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps,
+                   cudaStream_t s) {
     if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
-    const size_t smem = sizeof(float) * size_t(2 * hc + hc * hc);
-    k_hc_pre<<<w, kTokBlock, smem, s>>>(p, norm, X, mean, xin, xn, post, M, hc, d, sinkhorn_iters, eps);
-    check_launch("hc_pre");
+    const int rows = 2 * hc + hc * hc;
+    k_hc_mean<<<w, kTokBlock, 0, s>>>(X, mean, hc, d, eps);
+    check_launch("hc_mean");
+    k_rowdot<<<dim3(rows, w), kDotBlock, 0, s>>>(p.w_dyn, mean, dyn, rows, d);
+    check_launch("hc_dyn");
+    k_hc_mix<<<w, kTokBlock, 0, s>>>(p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps);
+    check_launch("hc_mix");
 }
 
 void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
@@ -376,12 +393,12 @@ void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
 }
 
 void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s) {
-    k_attend<<<ntok * a.n_heads, kHeadBlock, 0, s>>>(a);
+    k_attend<<<ntok * a.n_heads, kHeadBlock, sizeof(float) * size_t(a.head_dim), s>>>(a);
     check_launch("attend");
 }
 
 void launch_pool(const PoolArgs& a, cudaStream_t s) {
-    k_pool<<<1, kHeadBlock, 0, s>>>(a);
+    k_pool<<<1, kPoolBlock, 0, s>>>(a);
     check_launch("pool");
 }
 
@@ -391,8 +408,10 @@ void launch_hc_post(float* X, const float* o, const float* post, const float* M,
     check_launch("hc_post");
 }
 
-void launch_router(const RouterArgs& a, int w, cudaStream_t s) {
-    k_router<<<w, kTokBlock, sizeof(float) * 2 * size_t(a.n_experts), s>>>(a);
+void launch_router(const RouterArgs& a, float* logits, int w, cudaStream_t s) {
+    k_rowdot<<<dim3(a.n_experts, w), kDotBlock, 0, s>>>(a.router, a.xn, logits, a.n_experts, a.d);
+    check_launch("router_logits");
+    k_router<<<w, 32, sizeof(float) * 2 * size_t(a.n_experts), s>>>(a, logits);
     check_launch("router");
 }
 

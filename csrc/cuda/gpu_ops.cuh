@@ -23,9 +23,11 @@ struct DevHC {
 void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, int hc, int d, cudaStream_t s);
 
 // hc_pre + sublayer norm per token: X [w, hc, d] -> xn [w, d] (rms-normed with `norm`),
-// post [w, hc], M [w, hc*hc]; mean/xin [w, d] are scratch.
-void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* xin, float* xn,
-                   float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps, cudaStream_t s);
+// post [w, hc], M [w, hc*hc]; mean/xin [w, d] and dyn [w, 2*hc + hc*hc] are scratch.
+// Three launches: mean+norm per token, the dyn dots per (row, token), the mix per token.
+void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* dyn, float* xin,
+                   float* xn, float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps,
+                   cudaStream_t s);
 
 // Per (token, head): rms-norm + RoPE of the q heads and of the kv row inside proj [w, proj_rows]
 // (in place); the kv row is also written to window slot (pos0 + j) % cap.
@@ -68,7 +70,8 @@ struct RouterArgs {
     const int32_t* tokens; int d; int n_experts; int top_k; bool hash; float routed_scale;
     int32_t* ids; float* wts; int32_t* rid; float* rw; size_t route_off;
 };
-void launch_router(const RouterArgs& a, int w, cudaStream_t s);
+// logits [w, n_experts] is scratch (router dots, one block per (expert, token)).
+void launch_router(const RouterArgs& a, float* logits, int w, cudaStream_t s);
 
 // xg row r <- xq row tok_of_row[r] (int8 [d] and float scales [d/32]).
 void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
