@@ -251,20 +251,19 @@ size_t count_unwritten(const std::vector<float>& y) {
 
 const std::vector<MmvqConfig>& sweep_configs() {
     static const std::vector<MmvqConfig> v = {
-        {1, 4, 8, 4, 0}, {1, 4, 8, 4, 4}, {1, 4, 8, 4, 8},
-        {2, 2, 4, 4, 0}, {2, 2, 4, 4, 2}, {2, 2, 4, 4, 4},
-        {2, 4, 4, 4, 0}, {2, 4, 4, 4, 4}, {2, 2, 8, 4, 2}, {2, 2, 8, 4, 4},
-        {4, 1, 4, 4, 0}, {4, 1, 4, 4, 1}, {4, 1, 4, 4, 2}, {4, 1, 4, 4, 3},
-        {4, 1, 8, 4, 0}, {4, 1, 8, 4, 2},
-        {4, 2, 4, 4, 0}, {4, 2, 4, 4, 2}, {4, 2, 4, 4, 4},
+        {1, 4, 8, 4, false, 0}, {1, 4, 8, 4, false, 8}, {1, 4, 8, 4, true, 6},
+        {1, 2, 8, 4, true, 8},  {1, 2, 8, 4, true, 6},  {1, 2, 8, 4, false, 8},
+        {2, 2, 4, 4, false, 0}, {2, 2, 4, 4, true, 0},  {2, 2, 8, 4, true, 4},
+        {2, 4, 4, 4, false, 0}, {4, 1, 4, 4, false, 0}, {4, 1, 4, 4, true, 0},
+        {4, 1, 8, 4, false, 0}, {4, 2, 4, 4, false, 0},
     };
     return v;
 }
 
 std::string cfg_name(const MmvqConfig& c) {
     return "R" + std::to_string(c.rows_per_warp) + "U" + std::to_string(c.unroll) + "W" +
-           std::to_string(c.warps_per_block) + "P" + std::to_string(c.warps_per_row) + "F" +
-           std::to_string(c.prefetch_chunks);
+           std::to_string(c.warps_per_block) + (c.pipelined ? "p" : "") +
+           (c.min_blocks ? "b" + std::to_string(c.min_blocks) : "");
 }
 
 // Bitwise column checks for one weight matrix: every config, every ncols 1..8, column j equals
@@ -276,11 +275,11 @@ void check_mmvq_bitwise(const std::string& label, const Q8Weights& w, const Acts
     auto singles = [&](int p) -> std::vector<std::vector<float>>& {
         auto& v = single_by_p[p];
         if (v.empty()) {
-            const MmvqConfig c1{1, 4, 8, 0, 0};
+            const MmvqConfig c1{1, 4, 8, 0, false, 0};
             for (int j = 0; j < 8; ++j) {
                 if (p == canon_p) v.push_back(run_to_host(0, w, a.view(1, j), nullptr));
                 else {
-                    MmvqConfig c = {1, p == 4 ? 4 : p == 8 ? 2 : 1, 16, p, 0};
+                    MmvqConfig c = {1, 4, 8, p, false, 0};
                     v.push_back(run_to_host(0, w, a.view(1, j), &c));
                 }
             }
@@ -468,7 +467,7 @@ int run(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, "mmvq %s ncols 8 vs float64: rel err %.2e (tol %.0e)", label.c_str(), e, kRelTol);
         check(e < kRelTol, buf);
         for (int p : {4}) {
-            const MmvqConfig c8{1, 4, 16, p, 0};
+            const MmvqConfig c8{1, 4, 8, p, false, 0};
             const auto yp = p == dq::cuda::mmvq_warps_per_row(s.cols) ? y8 : run_to_host(0, dw.view(), a8.view(8), &c8);
             size_t emu_bad = 0;
             for (int c = 0; c < 8; ++c)

@@ -49,14 +49,6 @@ __device__ __forceinline__ unsigned short ld_stream_u16(const uint16_t* p) {
     return v;
 }
 
-// L2 prefetches (no registers held): a bulk range (16-byte aligned address and size) and a line.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void prefetch_l2_line(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));  // exact widening
 }
@@ -149,10 +141,14 @@ __device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
     }
 }
 
-template <int NC, int R, int U, int P>
-__global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
-                            const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                            float* __restrict__ y, int rows, int cols, int pfd) {
+// PIPE: software-pipelined (the next U chunks are loaded before the current ones are used).
+// MINB: 0, or the minimum resident 256-thread CTAs per SM to compile for (caps registers).
+template <int NC, int R, int U, int P, bool PIPE>
+__device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
+                                          const uint16_t* __restrict__ wdp,
+                                          const int8_t* __restrict__ xq,
+                                          const float* __restrict__ xd, float* __restrict__ y,
+                                          int rows, int cols) {
     constexpr int kLanes = 32 * P;
     constexpr int kChunkBytes = 16 * kLanes;
     constexpr int kChunkBlocks = kChunkBytes / kQK;
@@ -183,45 +179,49 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
 #pragma unroll
         for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
-    // Optional L2 prefetch pfd chunks ahead (one thread per row group): it keeps DRAM reads in
-    // flight beyond what the registers hold, so the loads below find their lines in L2.
-    const int8_t* wbase[R];
-    const uint16_t* dbase[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        wbase[r] = wrow[r] - lo;
-        dbase[r] = drow[r] - lb;
-    }
-    const size_t row_bytes = size_t(cols);
-    auto prefetch = [&](int c0, int nch) {  // chunks [c0, c0 + nch), clipped to the row
-        const size_t b0 = size_t(c0) * kChunkBytes;
-        if (b0 >= row_bytes) return;
-        const size_t b1 = b0 + size_t(nch) * kChunkBytes < row_bytes ? b0 + size_t(nch) * kChunkBytes : row_bytes;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            prefetch_l2_bulk(wbase[r] + b0, uint32_t(b1 - b0));
-            for (size_t sb = b0 / kQK * 2; sb < b1 / kQK * 2; sb += 128)
-                prefetch_l2_line(reinterpret_cast<const char*>(dbase[r]) + sb);
-        }
-    };
-    if (pfd > 0 && t == 0) prefetch(0, pfd);
-
     int ch = 0;
-    for (; ch + U <= nfull; ch += U) {
-        if (pfd > 0 && t == 0) prefetch(ch + pfd, U);
-        int4 wv[U][R];
-        unsigned short wd[U][R];
+    auto load = [&](int4 (&wv)[U][R], unsigned short (&wd)[U][R], int c0) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                wv[u][r] = ld_stream_v4(wrow[r] + size_t(ch + u) * kChunkBytes);
-                wd[u][r] = ld_stream_u16(drow[r] + (ch + u) * kChunkBlocks);
+                wv[u][r] = ld_stream_v4(wrow[r] + size_t(c0 + u) * kChunkBytes);
+                wd[u][r] = ld_stream_u16(drow[r] + (c0 + u) * kChunkBlocks);
             }
+    };
+    auto use = [&](const int4 (&wv)[U][R], const unsigned short (&wd)[U][R], int c0) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(ch + u) * kChunkBytes + lo,
-                              (ch + u) * kChunkBlocks + lb, cols, nb, acc);
+            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(c0 + u) * kChunkBytes + lo,
+                              (c0 + u) * kChunkBlocks + lb, cols, nb, acc);
+    };
+    if constexpr (PIPE) {
+        int4 wv[U][R];
+        unsigned short wd[U][R];
+        if (U <= nfull) load(wv, wd, 0);
+        for (; ch + U <= nfull; ch += U) {
+            int4 nv[U][R];
+            unsigned short nd[U][R];
+            const bool more = ch + 2 * U <= nfull;
+            if (more) load(nv, nd, ch + U);
+            use(wv, wd, ch);
+            if (more) {
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        wv[u][r] = nv[u][r];
+                        wd[u][r] = nd[u][r];
+                    }
+            }
+        }
+    } else {
+        for (; ch + U <= nfull; ch += U) {
+            int4 wv[U][R];
+            unsigned short wd[U][R];
+            load(wv, wd, ch);
+            use(wv, wd, ch);
+        }
     }
     for (; ch < nchunks; ++ch) {  // the rest, one chunk at a time, same per-lane order
         if (ch * kChunkBlocks + lb < nb) {
@@ -253,32 +253,62 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
     }
 }
 
-using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
-                        int, int);
+template <int NC, int R, int U, int P, bool PIPE, int MINB>
+__global__ void __launch_bounds__(256, MINB) mmvq_kernel_lb(const int8_t* __restrict__ wq,
+    const uint16_t* __restrict__ wdp, const int8_t* __restrict__ xq, const float* __restrict__ xd,
+    float* __restrict__ y, int rows, int cols) {
+    mmvq_body<NC, R, U, P, PIPE>(wq, wdp, xq, xd, y, rows, cols);
+}
 
-template <int R, int U, int P>
+template <int NC, int R, int U, int P, bool PIPE>
+__global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
+                            const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                            float* __restrict__ y, int rows, int cols) {
+    mmvq_body<NC, R, U, P, PIPE>(wq, wdp, xq, xd, y, rows, cols);
+}
+
+template <int NC, int R, int U, int P, bool PIPE, int MINB>
+constexpr auto mmvq_kernel_ptr() {
+    if constexpr (MINB > 0) return mmvq_kernel_lb<NC, R, U, P, PIPE, MINB>;
+    else return mmvq_kernel<NC, R, U, P, PIPE>;
+}
+
+using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
+                        int);
+
+template <int R, int U, int P, bool PIPE, int MINB>
 MmvqFn mmvq_fn(int nc) {
     switch (nc) {
-        case 1: return mmvq_kernel<1, R, U, P>;
-        case 2: return mmvq_kernel<2, R, U, P>;
-        case 3: return mmvq_kernel<3, R, U, P>;
-        case 4: return mmvq_kernel<4, R, U, P>;
-        case 5: return mmvq_kernel<5, R, U, P>;
-        case 6: return mmvq_kernel<6, R, U, P>;
-        case 7: return mmvq_kernel<7, R, U, P>;
-        default: return mmvq_kernel<8, R, U, P>;
+        case 1: return mmvq_kernel_ptr<1, R, U, P, PIPE, MINB>();
+        case 2: return mmvq_kernel_ptr<2, R, U, P, PIPE, MINB>();
+        case 3: return mmvq_kernel_ptr<3, R, U, P, PIPE, MINB>();
+        case 4: return mmvq_kernel_ptr<4, R, U, P, PIPE, MINB>();
+        case 5: return mmvq_kernel_ptr<5, R, U, P, PIPE, MINB>();
+        case 6: return mmvq_kernel_ptr<6, R, U, P, PIPE, MINB>();
+        case 7: return mmvq_kernel_ptr<7, R, U, P, PIPE, MINB>();
+        default: return mmvq_kernel_ptr<8, R, U, P, PIPE, MINB>();
     }
 }
 
-// Instantiated (R, U, P) triples.
-MmvqFn mmvq_pick(int nc, int r, int u, int p) {
-#define DQ_MMVQ_CASE(R_, U_, P_) \
-    if (r == R_ && u == U_ && p == P_) return mmvq_fn<R_, U_, P_>(nc);
-    DQ_MMVQ_CASE(1, 4, 4)
-    DQ_MMVQ_CASE(2, 2, 4)
-    DQ_MMVQ_CASE(2, 4, 4)
-    DQ_MMVQ_CASE(4, 2, 4)
-    DQ_MMVQ_CASE(4, 1, 4)
+// Instantiated variants (all with P = 4, the canonical warps per row).
+MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
+    if (p != 4) return nullptr;
+#define DQ_MMVQ_CASE(R_, U_, PIPE_, MINB_)                                              \
+    if (c.rows_per_warp == R_ && c.unroll == U_ && c.pipelined == PIPE_ && c.min_blocks == MINB_) \
+        return mmvq_fn<R_, U_, 4, PIPE_, MINB_>(nc);
+    DQ_MMVQ_CASE(1, 4, 0, 0)
+    DQ_MMVQ_CASE(1, 4, 0, 8)
+    DQ_MMVQ_CASE(1, 4, 1, 6)
+    DQ_MMVQ_CASE(1, 2, 1, 8)
+    DQ_MMVQ_CASE(1, 2, 1, 6)
+    DQ_MMVQ_CASE(1, 2, 0, 8)
+    DQ_MMVQ_CASE(2, 2, 0, 0)
+    DQ_MMVQ_CASE(2, 2, 1, 0)
+    DQ_MMVQ_CASE(2, 2, 1, 4)
+    DQ_MMVQ_CASE(2, 4, 0, 0)
+    DQ_MMVQ_CASE(4, 1, 0, 0)
+    DQ_MMVQ_CASE(4, 1, 1, 0)
+    DQ_MMVQ_CASE(4, 2, 0, 0)
 #undef DQ_MMVQ_CASE
     return nullptr;
 }
@@ -449,31 +479,27 @@ int mmvq_warps_per_row(int cols) {
 
 MmvqConfig mmvq_default_config(int ncols) {
     // Chosen from the H200 sweep recorded in docs/gpu-kernels.md.
-    if (ncols <= 1) return {1, 4, 8, 0, 0};
-    if (ncols <= 4) return {4, 1, 4, 0, 0};
-    return {4, 1, 4, 0, 0};
+    if (ncols <= 1) return {1, 4, 8, 0, false, 0};
+    if (ncols <= 4) return {4, 1, 4, 0, false, 0};
+    return {4, 1, 4, 0, false, 0};
 }
 
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
                       cudaStream_t s) {
     validate(w, x, y, 8);
     const int p = cfg.warps_per_row > 0 ? cfg.warps_per_row : mmvq_warps_per_row(w.cols);
-    if (cfg.warps_per_block < p || cfg.warps_per_block > kMmvqMaxWarps ||
+    if (cfg.warps_per_block < p || cfg.warps_per_block > 8 ||
         cfg.warps_per_block % p != 0)
         throw std::invalid_argument("dq::cuda::mmvq: warps_per_block must be a multiple of the "
-                                    "warps per row, at most 16");
-    const MmvqFn fn = mmvq_pick(x.ncols, cfg.rows_per_warp, cfg.unroll, p);
+                                    "warps per row, at most 8");
+    const MmvqFn fn = mmvq_pick(x.ncols, cfg, p);
     if (fn == nullptr)
-        throw std::invalid_argument("dq::cuda::mmvq: no kernel for rows_per_warp " +
-                                    std::to_string(cfg.rows_per_warp) + ", unroll " +
-                                    std::to_string(cfg.unroll) + ", warps per row " +
-                                    std::to_string(p));
+        throw std::invalid_argument("dq::cuda::mmvq: no kernel for this configuration");
     prefer_l1(reinterpret_cast<const void*>(fn));
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
     const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
-    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols,
-                                                 cfg.prefetch_chunks > 0 ? cfg.prefetch_chunks : 0);
+    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
     check_launch("mmvq");
 }
 

@@ -50,10 +50,11 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
     int unroll;           // U: chunks per row in flight per row group
-    int warps_per_block;  // a multiple of the warps per row, at most 16
+    int warps_per_block;  // a multiple of the warps per row, at most 8
     int warps_per_row;    // P: 0 = the canonical mmvq_warps_per_row(cols); another value
                           //    changes the reduction order (benches only)
-    int prefetch_chunks;  // 0: off; else bulk L2 prefetch of each row this many chunks ahead
+    bool pipelined;       // load the next U chunks before using the current ones
+    int min_blocks;       // 0, or compile for this many resident 256-thread CTAs per SM
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
