@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -64,6 +65,14 @@ def measure(model: str, tokens: int, repeats: int) -> dict:
                          "weight_tbs": samples[c][0].weight_bytes / med_ns / 1e3,
                          "steps": len(samples[c][0].band_widths), "matmul_calls": samples[c][0].matmul_calls,
                          "tok_s_samples": [n / (r.prefill_ns * 1e-9) for r in samples[c]]}
+    # Where the time goes: each op synchronized and timed (DQ_GPU_OP_TIMING=1, sessions read it
+    # when created); serialized, so the per-op sum exceeds the real step time. Not in the table.
+    os.environ["DQ_GPU_OP_TIMING"] = "1"
+    try:
+        ops = {f"q{c}": {k: v / n / 1e3 for k, v in eng.prefill(toks, chunk=c, bands=c > 1).op_ns.items()}
+               for c in (1, 4)}
+    finally:
+        del os.environ["DQ_GPU_OP_TIMING"]
     t1 = time.perf_counter()
     gen = eng.generate(toks, max_tokens=32)
     gen_s = time.perf_counter() - t1
@@ -71,7 +80,7 @@ def measure(model: str, tokens: int, repeats: int) -> dict:
     return {"model": model, "tokens": n, "repeats": repeats, "device": "cuda", "gpu": info["cuda"].get("gpu"),
             "engine_init_s": init_s, "weights_build_s": eng.build_seconds,
             "upload_s": info["cuda"].get("upload_seconds"), "weight_bytes_total": eng.weight_bytes_total,
-            "modes": rows, "q1_weight_tbs": rows["q1"]["weight_tbs"], "bitwise_q1_q2_q3_q4": True,
+            "modes": rows, "op_us_per_token_serialized": ops, "q1_weight_tbs": rows["q1"]["weight_tbs"], "bitwise_q1_q2_q3_q4": True,
             "decode": {"tokens": len(gen.tokens), "decode_ns": gen.timings["decode_ns"],
                        "tok_s": len(gen.tokens) / max(gen.timings["decode_ns"] * 1e-9, 1e-12), "wall_s": gen_s},
             "targets": {"q4_frac_of_ceiling_min": TARGET_Q4_FRAC},
@@ -93,7 +102,12 @@ def markdown(r: dict) -> str:
     lines += ["", f"q4: {q4['speedup']:.2f}x of a {q4['ceiling']:.2f}x ceiling = {q4['frac_of_ceiling'] * 100:.1f}% "
               f"(target >= {TARGET_Q4_FRAC * 100:.0f}%: {'met' if r['q4_meets_target'] else 'NOT met'}). "
               f"q1 effective weight bandwidth {r['q1_weight_tbs']:.2f} TB/s.",
-              f"Greedy decode: {r['decode']['tokens']} tokens at {r['decode']['tok_s']:.1f} tok/s.", ""]
+              f"Greedy decode: {r['decode']['tokens']} tokens at {r['decode']['tok_s']:.1f} tok/s.", "",
+              "Op time per token, each op synchronized (DQ_GPU_OP_TIMING=1; serialized, so the sum "
+              "exceeds the step time), us: "]
+    for name, ops in r["op_us_per_token_serialized"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -225,9 +226,34 @@ struct DevLayerState {
     int n_compressed = 0;
 };
 
+struct GpuSessionImpl;
+
+// With DQ_GPU_OP_TIMING=1 (profiling only: it serializes the stream), each op synchronizes at
+// its end and adds its elapsed host time to stats.op_ns[op]; otherwise free.
+struct OpSpan {
+    bool on;
+    cudaStream_t s;
+    StepStats& st;
+    int op;
+    int64_t t0;
+    OpSpan(bool enabled, cudaStream_t stream, StepStats& stats, int family)
+        : on(enabled), s(stream), st(stats), op(family), t0(enabled ? now_ns_() : 0) {}
+    ~OpSpan() {
+        if (!on) return;
+        cudaStreamSynchronize(s);
+        st.op_ns[op] += now_ns_() - t0;
+    }
+    OpSpan(const OpSpan&) = delete;
+    OpSpan& operator=(const OpSpan&) = delete;
+};
+
 struct GpuSessionImpl {
     const GpuModelImpl& m;
     Arena arena;
+    const bool op_timing = [] {
+        const char* v = std::getenv("DQ_GPU_OP_TIMING");
+        return v != nullptr && std::string(v) == "1";
+    }();
     // State.
     int pos = 0;
     bool has_logits = false;
@@ -304,7 +330,7 @@ struct GpuSessionImpl {
         rowmap = tok_of_row + R;
         int max_comp = 0;
         for (int r : c.ratios) max_comp = std::max(max_comp, c.max_compressed(r));
-        score_stride = size_t(max_comp + c.n_swa);
+        score_stride = size_t(max_comp + c.n_swa) + 4 * hd;  // scores, then the output partials
         scores = arena.alloc<float>(W * c.n_heads * score_stride);
         DQ_CUDA_CHECK(cudaEventCreateWithFlags(&ids_ready, cudaEventDisableTiming));
         reset();
@@ -353,6 +379,7 @@ struct GpuSessionImpl {
     void mm(const DevQ8& w, const int8_t* xq_, const float* xd_, int ncols, float* y_, const StepMode& mode,
             StepStats& st) const {
         const bool mmq = mode.approximate || ncols > mode.mmvq_max_ncols;
+        OpSpan span(op_timing, m.stream, st, kOpMatmul);
         const cuda::Q8Acts x{xq_, xd_, ncols, w.cols};
         if (mmq) cuda::mmq(w.view(), x, y_, m.stream);
         else cuda::mmvq(w.view(), x, y_, m.stream);
@@ -367,35 +394,56 @@ struct GpuSessionImpl {
         DevLayerState& ls = layers[l];
         const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
         cudaStream_t s = m.stream;
-        launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
-                      c.norm_eps, s);
-        cuda::quantize_q8(xn, w, d, xq, xd, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpHC);
+            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+                          c.norm_eps, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(xn, w, d, xq, xd, s);
+        }
         mm(L.w_proj, xq, xd, w, proj, mode, st);
-        launch_qk_rope(QkRopeArgs{proj, pr, qd, c.n_heads, hd, c.rope_dim, L.q_norm, L.kv_norm, m.rope_cos,
-                                  m.rope_sin, pos, c.norm_eps, ls.window, c.window_cap()},
-                       w, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_qk_rope(QkRopeArgs{proj, pr, qd, c.n_heads, hd, c.rope_dim, L.q_norm, L.kv_norm, m.rope_cos,
+                                      m.rope_sin, pos, c.norm_eps, ls.window, c.window_cap()},
+                           w, s);
+        }
         // Causal per-token section split at compressor boundaries, as on the CPU.
         for (int j0 = 0; j0 < w;) {
             int j1 = j0;
             while (j1 < w - 1 && !is_boundary(ls.ratio, pos + j1)) ++j1;
-            launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa,
-                                     ls.compressed, ls.n_compressed, ls.comp_kv, ls.comp_score,
-                                     ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1, ls.ratio, pos, j0,
-                                     scores, score_stride, attn},
-                          j1 - j0 + 1, s);
+            {
+                OpSpan span(op_timing, m.stream, st, kOpAttention);
+                launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa,
+                                         ls.compressed, ls.n_compressed, ls.comp_kv, ls.comp_score,
+                                         ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1, ls.ratio, pos, j0,
+                                         scores, score_stride, attn},
+                              j1 - j0 + 1, s);
+            }
             if (is_boundary(ls.ratio, pos + j1)) {
                 if (ls.n_compressed >= c.max_compressed(ls.ratio)) throw std::logic_error("compressed rows exceed context");
-                launch_pool(PoolArgs{ls.comp_kv, ls.comp_score, L.comp_ape, L.comp_norm, ls.compressed,
-                                     ls.n_compressed, ls.ratio, hd, c.rope_dim, pos + j1, c.norm_eps, m.rope_cos,
-                                     m.rope_sin},
-                            s);
+                {
+                    OpSpan span(op_timing, m.stream, st, kOpCompressor);
+                    launch_pool(PoolArgs{ls.comp_kv, ls.comp_score, L.comp_ape, L.comp_norm, ls.compressed,
+                                         ls.n_compressed, ls.ratio, hd, c.rope_dim, pos + j1, c.norm_eps, m.rope_cos,
+                                         m.rope_sin},
+                                s);
+                }
                 ls.n_compressed += 1;
             }
             j0 = j1 + 1;
         }
-        cuda::quantize_q8(attn, w, qd, aq, ad, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(attn, w, qd, aq, ad, s);
+        }
         mm(L.w_o, aq, ad, w, o, mode, st);
-        launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpHC);
+            launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+        }
     }
 
     void ffn_sublayer(int l, const int32_t* tok_dev, int w, const StepMode& mode, int32_t* rid, float* rw,
@@ -404,12 +452,21 @@ struct GpuSessionImpl {
         const DevLayer& L = m.layers[l];
         const int d = c.d_model, K = c.top_k, f = c.d_ff;
         cudaStream_t s = m.stream;
-        launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
-                      c.norm_eps, s);
-        cuda::quantize_q8(xn, w, d, xq, xd, s);
-        launch_router(RouterArgs{xn, L.router, L.router_bias, L.tid2eid, tok_dev, d, c.n_experts, K,
-                                 l < c.n_hash_layers, c.routed_scale, ids, wts, rid, rw, route_off},
-                      rlogits, w, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpHC);
+            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+                          c.norm_eps, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(xn, w, d, xq, xd, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpRouter);
+            launch_router(RouterArgs{xn, L.router, L.router_bias, L.tid2eid, tok_dev, d, c.n_experts, K,
+                                     l < c.n_hash_layers, c.routed_scale, ids, wts, rid, rw, route_off},
+                          rlogits, w, s);
+        }
         DQ_CUDA_CHECK(cudaMemcpyAsync(ids_h.p, ids, sizeof(int32_t) * w * K, cudaMemcpyDeviceToHost, s));
         DQ_CUDA_CHECK(cudaEventRecord(ids_ready, s));
         // The shared expert needs no routing: queue it on every column while the host waits.
@@ -417,10 +474,19 @@ struct GpuSessionImpl {
         // columns in expert order (gu/h/hq/y rows; xg rows likewise).
         const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
         mm(L.shared_w13, xq, xd, w, gu, mode, st);
-        launch_swiglu(gu, h, w, f, c.swiglu_limit, s);
-        cuda::quantize_q8(h, w, f, hq, hqd, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_swiglu(gu, h, w, f, c.swiglu_limit, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(h, w, f, hq, hqd, s);
+        }
         mm(L.shared_w2, hq, hqd, w, y, mode, st);
-        DQ_CUDA_CHECK(cudaEventSynchronize(ids_ready));  // one readback of the route ids per layer
+        {
+            OpSpan span(op_timing, m.stream, st, kOpRouter);
+            DQ_CUDA_CHECK(cudaEventSynchronize(ids_ready));
+        }  // one readback of the route ids per layer
         int32_t* tor = rows_h.p;
         int32_t* rmap = rows_h.p + max_rows;
         int nrows = 0;
@@ -437,21 +503,37 @@ struct GpuSessionImpl {
             count[e] = nrows - base[e];
         }
         const int nr = nrows - w;  // routed rows (w * top_k)
-        DQ_CUDA_CHECK(cudaMemcpyAsync(tok_of_row, tor, sizeof(int32_t) * max_rows, cudaMemcpyHostToDevice, s));
-        DQ_CUDA_CHECK(cudaMemcpyAsync(rowmap, rmap, sizeof(int32_t) * w * K, cudaMemcpyHostToDevice, s));
-        launch_gather(xq, xd, tok_of_row + w, nr, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
+        // tok_of_row [max_rows] and rowmap [w*K] are adjacent on both sides: one copy.
+        DQ_CUDA_CHECK(cudaMemcpyAsync(tok_of_row, tor, sizeof(int32_t) * (size_t(max_rows) + w * K),
+                                      cudaMemcpyHostToDevice, s));
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_gather(xq, xd, tok_of_row + w, nr, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
+        }
         for (int e = 0; e < c.n_experts; ++e)
             if (count[e])
                 mm(L.exp_w13[e], xg + size_t(base[e]) * d, xgd + size_t(base[e]) * nbd, count[e],
                    gu + size_t(base[e]) * 2 * f, mode, st);
-        launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, nr, f, c.swiglu_limit, s);
-        cuda::quantize_q8(h + size_t(w) * f, nr, f, hq + size_t(w) * f, hqd + size_t(w) * nbf, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, nr, f, c.swiglu_limit, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(h + size_t(w) * f, nr, f, hq + size_t(w) * f, hqd + size_t(w) * nbf, s);
+        }
         for (int e = 0; e < c.n_experts; ++e)
             if (count[e])
                 mm(L.exp_w2[e], hq + size_t(base[e]) * f, hqd + size_t(base[e]) * nbf, count[e],
                    y + size_t(base[e]) * d, mode, st);
-        launch_combine(y, rowmap, wts, o, w, K, d, s);
-        launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_combine(y, rowmap, wts, o, w, K, d, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpHC);
+            launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+        }
     }
 
     // One step of w tokens (tok_dev: device ids) at pos; logits_dev [w, vocab]; rid/rw device
@@ -463,13 +545,22 @@ struct GpuSessionImpl {
         if (pos + w > c.ctx) throw std::invalid_argument("step runs past the context");
         const int d = c.d_model, hc = c.hc_mult;
         cudaStream_t s = m.stream;
-        launch_embed(tok_dev, m.embed, X, w, hc, d, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_embed(tok_dev, m.embed, X, w, hc, d, s);
+        }
         for (int l = 0; l < c.n_layers; ++l) {
             attention_sublayer(l, w, mode, st);
             ffn_sublayer(l, tok_dev, w, mode, rid, rw, size_t(l) * route_stride + tok0 * c.top_k, st);
         }
-        launch_final(X, m.hc_final, m.final_norm, xin, w, hc, d, c.norm_eps, s);
-        cuda::quantize_q8(xin, w, d, xq, xd, s);
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            launch_final(X, m.hc_final, m.final_norm, xin, w, hc, d, c.norm_eps, s);
+        }
+        {
+            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            cuda::quantize_q8(xin, w, d, xq, xd, s);
+        }
         mm(m.lm_head, xq, xd, w, logits_dev, mode, st);
         DQ_CUDA_CHECK(cudaMemcpyAsync(hc_streams, X + size_t(w - 1) * hc * d, sizeof(float) * hc * d,
                                       cudaMemcpyDeviceToDevice, s));
@@ -530,6 +621,7 @@ PrefillOutcome GpuSession::prefill(const int32_t* tokens, int n, const PrefillOp
         out.stats.weight_bytes += step.weight_bytes;
         out.stats.matmul_calls += step.matmul_calls;
         out.stats.used_mmq = out.stats.used_mmq || step.used_mmq;
+        for (int k = 0; k < kOpCount; ++k) out.stats.op_ns[k] += step.op_ns[k];
         off += w;
     }
     DQ_CUDA_CHECK(cudaStreamSynchronize(s));

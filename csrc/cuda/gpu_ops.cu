@@ -13,7 +13,8 @@ namespace {
 constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
 constexpr int kDotBlock = 256;   // threads per (token, row) dot product
 constexpr int kHeadBlock = 256;  // threads per (token, head) attention block
-constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
+constexpr int kPoolBlock = 128;
+constexpr int kAttnGroups = 4;    // key groups of the attention output (kHeadBlock / 4 threads each)  // threads of the compressor pool (one per channel)
 constexpr int kMaxHc = 16;
 
 void check_launch(const char* what) {
@@ -121,9 +122,9 @@ __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const fl
     const float* X = Xall + size_t(j) * hc * d;
     const float* dyn = dyn_all + size_t(j) * rows;
     float* xin = xin_all + size_t(j) * d;
-    if (threadIdx.x == 0) {  // hc_mix's small serial part, in the CPU's order
+    __shared__ float M[kMaxHc * kMaxHc];
+    if (threadIdx.x == 0) {  // hc_mix's small serial part, in the CPU's order (in shared memory)
         float* post = post_all + size_t(j) * hc;
-        float* M = M_all + size_t(j) * hc * hc;
         for (int i = 0; i < hc; ++i) {
             pre[i] = sigmoidf_(p.static_pre[i] + p.dyn_scale * dyn[i]);
             post[i] = 2.0f * sigmoidf_(p.static_post[i] + p.dyn_scale * dyn[hc + i]);
@@ -148,6 +149,7 @@ __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const fl
         }
     }
     __syncthreads();
+    for (int k = threadIdx.x; k < hc * hc; k += blockDim.x) M_all[size_t(j) * hc * hc + k] = M[k];
 #pragma unroll 4
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float s = 0.0f;
@@ -213,15 +215,28 @@ __global__ void k_attend(AttendArgs a) {
         part += e;
     }
     const float inv = 1.0f / block_sum(part, sh);  // block_sum's barriers publish s[]
-    float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
-    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+    // Output: kAttnGroups thread groups, group g sums keys [g*chunk, (g+1)*chunk) in order per
+    // channel; the group partials are then added in group order (a fixed tree for any step).
+    float* part_out = s + n;  // [kAttnGroups, hd] after the scores (score_stride has room)
+    const int chunk = (n + kAttnGroups - 1) / kAttnGroups;
+    const int per_group = blockDim.x / kAttnGroups;
+    const int g = threadIdx.x / per_group;
+    for (int k = threadIdx.x % per_group; k < hd; k += per_group) {
+        const int i0 = g * chunk, i1 = min(n, i0 + chunk);
         float acc = 0.0f;
 #pragma unroll 8
-        for (int i = 0; i < n; ++i) {
+        for (int i = i0; i < i1; ++i) {
             const float* v = i < nc ? a.compressed + size_t(i) * hd
                                     : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
             acc += (s[i] * inv) * v[k];
         }
+        part_out[size_t(g) * hd + k] = acc;
+    }
+    __syncthreads();
+    float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+        float acc = part_out[k];
+        for (int gg = 1; gg < kAttnGroups; ++gg) acc += part_out[size_t(gg) * hd + k];
         out[k] = acc;
     }
 }

@@ -46,7 +46,8 @@ struct AttendArgs {
     const float* compressed; int n_compressed;
     float* comp_kv; float* comp_score; int comp_rows; int ratio;
     int pos0; int j0;
-    float* scores; size_t score_stride;  // [ntok * n_heads, score_stride] scratch
+    float* scores; size_t score_stride;  // [ntok * n_heads, score_stride] scratch:
+                                         // n scores then 4 * head_dim output partials
     float* out;                          // [w, q_dim]
 };
 void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s);
