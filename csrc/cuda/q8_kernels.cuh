@@ -27,8 +27,9 @@ void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cuda
 // std::invalid_argument on bad shapes.
 //
 // The GPU canonical order (not the CPU one of kernels.h; CPU and GPU need not be bitwise equal):
-// each output row is split over 128 lanes (4 warps); lane t owns bytes [16 t, 16 t + 16) of
-// every 2048-byte chunk of the row, i.e. half (t & 1) of block 64 i + (t >> 1) in chunk i.
+// each output row is split over 128 lanes (P = 4 warps, mmvq_warps_per_row); lane t owns bytes
+// [16 t, 16 t + 16) of every 2048-byte chunk of the row, i.e. half (t & 1) of block 64 i + (t >> 1)
+// in chunk i.
 // Per lane, chunks in K order:
 //   isum = exact int32 sum of its 16 products (4 chained dp4a)
 //   s    = fp16(w.d) * x.d                      (one fp32 multiply, round to nearest)
@@ -46,13 +47,15 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
-// rows per warp, the chunks in flight and the block size change scheduling, never the order.
+// rows per row group, the chunks in flight, the block size, pipelining and register caps change
+// scheduling, never the order. Built variants (R, U, pipelined, min_blocks): (1,4,no,0),
+// (1,4,no,8), (1,4,yes,6), (1,2,yes,8), (1,2,yes,6), (1,2,no,8), (2,2,no,0), (2,2,yes,0),
+// (2,2,yes,4), (2,4,no,0), (4,1,no,0), (4,1,yes,0), (4,2,no,0); others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
     int unroll;           // U: chunks per row in flight per row group
     int warps_per_block;  // a multiple of the warps per row, at most 8
-    int warps_per_row;    // P: 0 = the canonical mmvq_warps_per_row(cols); another value
-                          //    changes the reduction order (benches only)
+    int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); only 4 is built
     bool pipelined;       // load the next U chunks before using the current ones
     int min_blocks;       // 0, or compile for this many resident 256-thread CTAs per SM
 };
