@@ -396,12 +396,8 @@ struct GpuSessionImpl {
         cudaStream_t s = m.stream;
         {
             OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d, c.sinkhorn_iters,
                           c.norm_eps, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(xn, w, d, xq, xd, s);
         }
         mm(L.w_proj, xq, xd, w, proj, mode, st);
         {
@@ -419,7 +415,7 @@ struct GpuSessionImpl {
                 launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa,
                                          ls.compressed, ls.n_compressed, ls.comp_kv, ls.comp_score,
                                          ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1, ls.ratio, pos, j0,
-                                         scores, score_stride, attn},
+                                         scores, score_stride, attn, aq, ad},
                               j1 - j0 + 1, s);
             }
             if (is_boundary(ls.ratio, pos + j1)) {
@@ -434,10 +430,6 @@ struct GpuSessionImpl {
                 ls.n_compressed += 1;
             }
             j0 = j1 + 1;
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(attn, w, qd, aq, ad, s);
         }
         mm(L.w_o, aq, ad, w, o, mode, st);
         {
@@ -454,12 +446,8 @@ struct GpuSessionImpl {
         cudaStream_t s = m.stream;
         {
             OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, w, c.hc_mult, d, c.sinkhorn_iters,
+            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d, c.sinkhorn_iters,
                           c.norm_eps, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(xn, w, d, xq, xd, s);
         }
         {
             OpSpan span(op_timing, m.stream, st, kOpRouter);
@@ -476,11 +464,7 @@ struct GpuSessionImpl {
         mm(L.shared_w13, xq, xd, w, gu, mode, st);
         {
             OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_swiglu(gu, h, w, f, c.swiglu_limit, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(h, w, f, hq, hqd, s);
+            launch_swiglu(gu, h, hq, hqd, w, f, c.swiglu_limit, s);
         }
         mm(L.shared_w2, hq, hqd, w, y, mode, st);
         {
@@ -516,11 +500,8 @@ struct GpuSessionImpl {
                    gu + size_t(base[e]) * 2 * f, mode, st);
         {
             OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, nr, f, c.swiglu_limit, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(h + size_t(w) * f, nr, f, hq + size_t(w) * f, hqd + size_t(w) * nbf, s);
+            launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, hq + size_t(w) * f, hqd + size_t(w) * nbf, nr, f,
+                          c.swiglu_limit, s);
         }
         for (int e = 0; e < c.n_experts; ++e)
             if (count[e])
@@ -528,11 +509,7 @@ struct GpuSessionImpl {
                    y + size_t(base[e]) * d, mode, st);
         {
             OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_combine(y, rowmap, wts, o, w, K, d, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+            launch_combine_post(y, rowmap, wts, X, post, M, w, c.hc_mult, K, d, s);
         }
     }
 
@@ -555,11 +532,7 @@ struct GpuSessionImpl {
         }
         {
             OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_final(X, m.hc_final, m.final_norm, xin, w, hc, d, c.norm_eps, s);
-        }
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            cuda::quantize_q8(xin, w, d, xq, xd, s);
+            launch_final(X, m.hc_final, m.final_norm, xin, xq, xd, w, hc, d, c.norm_eps, s);
         }
         mm(m.lm_head, xq, xd, w, logits_dev, mode, st);
         DQ_CUDA_CHECK(cudaMemcpyAsync(hc_streams, X + size_t(w - 1) * hc * d, sizeof(float) * hc * d,

@@ -2,6 +2,8 @@
 // block sizes, fixed reduction trees (see gpu_ops.cuh). Compiled with --fmad=false.
 #include "gpu_ops.cuh"
 
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -60,6 +62,24 @@ __device__ void block_rms_norm(const float* x, const float* gain, float* y, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = gain ? x[i] * inv * gain[i] : x[i] * inv;
 }
 
+// Quantizes row x [n] (n % 32 == 0) to Q8_0 activations, one warp per 32-value block: the
+// semantics of quantize_row_q8_0_ref / dq::cuda::quantize_q8 (d = amax / 127, q = round(x / d)
+// clamped to +-127, the scale stored fp16-rounded as a float). Call after a barrier that
+// publishes x; every thread of the block must call it.
+__device__ void block_quantize_row(const float* x, int n, int8_t* qs, float* d) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int b = wid; b < n / 32; b += nw) {
+        const float v = x[b * 32 + lane];
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = __fdiv_rn(amax, 127.0f);
+        float q = dd != 0.0f ? roundf(__fdiv_rn(v, dd)) : 0.0f;
+        q = fminf(127.0f, fmaxf(-127.0f, q));
+        qs[b * 32 + lane] = static_cast<int8_t>(static_cast<int>(q));
+        if (lane == 0) d[b] = __half2float(__float2half_rn(dd));
+    }
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Neox RoPE on the last rope_dim dims of one head row (thread per pair).
@@ -114,7 +134,7 @@ __global__ void k_rowdot(const float* W, const float* x_all, float* y_all, int r
 // hc_mix + sublayer norm for token j: dyn [rows] -> pre/post/M (Sinkhorn), x_in, xn.
 __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const float* dyn_all, float* xin_all,
                          float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
-                         float eps) {
+                         float eps, int8_t* xq_all, float* xd_all) {
     __shared__ float sh[32];
     __shared__ float pre[kMaxHc];
     const int j = blockIdx.x;
@@ -157,6 +177,8 @@ __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const fl
         xin[k] = s;
     }
     block_rms_norm(xin, norm, xn_all + size_t(j) * d, d, eps, sh);
+    __syncthreads();
+    block_quantize_row(xn_all + size_t(j) * d, d, xq_all + size_t(j) * d, xd_all + size_t(j) * (d / 32));
 }
 
 __global__ void k_qk_rope(QkRopeArgs a) {
@@ -239,6 +261,9 @@ __global__ void k_attend(AttendArgs a) {
         for (int gg = 1; gg < kAttnGroups; ++gg) acc += part_out[size_t(gg) * hd + k];
         out[k] = acc;
     }
+    __syncthreads();  // this head's slice of the row is whole Q8_0 blocks (head_dim % 32 == 0)
+    const size_t off = size_t(j) * a.q_dim + size_t(h) * hd;
+    block_quantize_row(out, hd, a.out_q + off, a.out_d + off / 32);
 }
 
 __global__ void k_pool(PoolArgs a) {
@@ -345,7 +370,7 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
     for (int i = threadIdx.x; i < nb; i += blockDim.x) xgd[size_t(r) * nb + i] = xd[size_t(t) * nb + i];
 }
 
-__global__ void k_swiglu(const float* gu, float* h, int f, float limit) {
+__global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* hq, float* hd) {
     const int r = blockIdx.x;
     const float* g = gu + size_t(r) * 2 * f;
     const float* u = g + f;
@@ -355,21 +380,35 @@ __global__ void k_swiglu(const float* gu, float* h, int f, float limit) {
         const float ui = fminf(fmaxf(u[i], -limit), limit);
         hr[i] = gi / (1.0f + expf(-gi)) * ui;
     }
+    __syncthreads();
+    block_quantize_row(hr, f, hq + size_t(r) * f, hd + size_t(r) * (f / 32));
 }
 
-__global__ void k_combine(const float* y, const int32_t* rowmap, const float* wts, float* o, int K, int d) {
+// o = y[t] + sum over k in order of wts[t, k] * y[rowmap[t, k]] (per channel), then hc_post
+// with that o: X[t, i] <- sum_c M[i, c] X[t, c] + post[i] * o.
+__global__ void k_combine_post(const float* y, const int32_t* rowmap, const float* wts, float* Xall,
+                               const float* post_all, const float* M_all, int hc, int K, int d) {
     const int t = blockIdx.x;
-    float* ot = o + size_t(t) * d;
     const float* ys = y + size_t(t) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float acc = ys[i];
-        for (int k = 0; k < K; ++k) acc += wts[t * K + k] * y[size_t(rowmap[t * K + k]) * d + i];
-        ot[i] = acc;
+    float* X = Xall + size_t(t) * hc * d;
+    const float* post = post_all + size_t(t) * hc;
+    const float* M = M_all + size_t(t) * hc * hc;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float o = ys[k];
+        for (int s = 0; s < K; ++s) o += wts[t * K + s] * y[size_t(rowmap[t * K + s]) * d + k];
+        float x[kMaxHc];
+        for (int i = 0; i < hc; ++i) x[i] = X[size_t(i) * d + k];
+        for (int i = 0; i < hc; ++i) {
+            float acc = 0.0f;
+            for (int c = 0; c < hc; ++c) acc += M[i * hc + c] * x[c];
+            acc += post[i] * o;
+            X[size_t(i) * d + k] = acc;
+        }
     }
 }
 
 __global__ void k_final(const float* Xall, const float* hc_final, const float* final_norm, float* xin_all, int hc,
-                        int d, float eps) {
+                        int d, float eps, int8_t* xq_all, float* xd_all) {
     __shared__ float sh[32];
     const int j = blockIdx.x;
     const float* X = Xall + size_t(j) * hc * d;
@@ -380,6 +419,8 @@ __global__ void k_final(const float* Xall, const float* hc_final, const float* f
         hrow[k] = acc;
     }
     block_rms_norm(hrow, final_norm, hrow, d, eps, sh);
+    __syncthreads();
+    block_quantize_row(hrow, d, xq_all + size_t(j) * d, xd_all + size_t(j) * (d / 32));
 }
 
 }  // namespace
@@ -390,15 +431,15 @@ void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, in
 }
 
 void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* dyn, float* xin,
-                   float* xn, float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps,
-                   cudaStream_t s) {
+                   float* xn, float* post, float* M, int8_t* xq, float* xd, int w, int hc, int d,
+                   int sinkhorn_iters, float eps, cudaStream_t s) {
     if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
     const int rows = 2 * hc + hc * hc;
     k_hc_mean<<<w, kTokBlock, 0, s>>>(X, mean, hc, d, eps);
     check_launch("hc_mean");
     k_rowdot<<<dim3(rows, w), kDotBlock, 0, s>>>(p.w_dyn, mean, dyn, rows, d);
     check_launch("hc_dyn");
-    k_hc_mix<<<w, kTokBlock, 0, s>>>(p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps);
+    k_hc_mix<<<w, kTokBlock, 0, s>>>(p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps, xq, xd);
     check_launch("hc_mix");
 }
 
@@ -436,20 +477,21 @@ void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row,
     check_launch("gather");
 }
 
-void launch_swiglu(const float* gu, float* h, int rows, int f, float limit, cudaStream_t s) {
-    k_swiglu<<<rows, kTokBlock, 0, s>>>(gu, h, f, limit);
+void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
+                   cudaStream_t s) {
+    k_swiglu<<<rows, kTokBlock, 0, s>>>(gu, h, f, limit, hq, hqd);
     check_launch("swiglu");
 }
 
-void launch_combine(const float* y, const int32_t* rowmap, const float* wts, float* o, int w, int top_k, int d,
-                    cudaStream_t s) {
-    k_combine<<<w, kTokBlock, 0, s>>>(y, rowmap, wts, o, top_k, d);
-    check_launch("combine");
+void launch_combine_post(const float* y, const int32_t* rowmap, const float* wts, float* X, const float* post,
+                         const float* M, int w, int hc, int top_k, int d, cudaStream_t s) {
+    k_combine_post<<<w, kTokBlock, 0, s>>>(y, rowmap, wts, X, post, M, hc, top_k, d);
+    check_launch("combine_post");
 }
 
-void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int w, int hc,
-                  int d, float eps, cudaStream_t s) {
-    k_final<<<w, kTokBlock, 0, s>>>(X, hc_final, final_norm, xin, hc, d, eps);
+void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int8_t* xq, float* xd,
+                  int w, int hc, int d, float eps, cudaStream_t s) {
+    k_final<<<w, kTokBlock, 0, s>>>(X, hc_final, final_norm, xin, hc, d, eps, xq, xd);
     check_launch("final");
 }
 

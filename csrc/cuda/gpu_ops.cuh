@@ -22,12 +22,14 @@ struct DevHC {
 // X [w, hc, d] <- embed[tokens[j]] in every stream.
 void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, int hc, int d, cudaStream_t s);
 
-// hc_pre + sublayer norm per token: X [w, hc, d] -> xn [w, d] (rms-normed with `norm`),
-// post [w, hc], M [w, hc*hc]; mean/xin [w, d] and dyn [w, 2*hc + hc*hc] are scratch.
-// Three launches: mean+norm per token, the dyn dots per (row, token), the mix per token.
+// hc_pre + sublayer norm per token: X [w, hc, d] -> xn [w, d] (rms-normed with `norm`) and its
+// Q8_0 activations xq [w, d] / xd [w, d/32], post [w, hc], M [w, hc*hc]; mean/xin [w, d] and
+// dyn [w, 2*hc + hc*hc] are scratch. Three launches: mean+norm per token, the dyn dots per
+// (row, token), the mix + norm + quantize per token.
+// Every fused quantization here has the semantics of quantize_row_q8_0_ref (CPU bytes).
 void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* dyn, float* xin,
-                   float* xn, float* post, float* M, int w, int hc, int d, int sinkhorn_iters, float eps,
-                   cudaStream_t s);
+                   float* xn, float* post, float* M, int8_t* xq, float* xd, int w, int hc, int d,
+                   int sinkhorn_iters, float eps, cudaStream_t s);
 
 // Per (token, head): rms-norm + RoPE of the q heads and of the kv row inside proj [w, proj_rows]
 // (in place); the kv row is also written to window slot (pos0 + j) % cap.
@@ -49,6 +51,7 @@ struct AttendArgs {
     float* scores; size_t score_stride;  // [ntok * n_heads, score_stride] scratch:
                                          // n scores then 4 * head_dim output partials
     float* out;                          // [w, q_dim]
+    int8_t* out_q; float* out_d;         // its Q8_0 activations [w, q_dim], [w, q_dim/32]
 };
 void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s);
 
@@ -78,16 +81,18 @@ void launch_router(const RouterArgs& a, float* logits, int w, cudaStream_t s);
 void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
                    float* xgd, cudaStream_t s);
 
-// h [rows, f] = clamped SwiGLU of gu [rows, 2f] (gate | up).
-void launch_swiglu(const float* gu, float* h, int rows, int f, float limit, cudaStream_t s);
+// h [rows, f] = clamped SwiGLU of gu [rows, 2f] (gate | up), and its Q8_0 activations
+// hq [rows, f] / hqd [rows, f/32].
+void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
+                   cudaStream_t s);
 
-// o[t] = y[t] + sum over k in order of wts[t, k] * y[rowmap[t, k]]; y [rows, d] (rows 0..w-1:
-// the shared expert).
-void launch_combine(const float* y, const int32_t* rowmap, const float* wts, float* o, int w, int top_k, int d,
-                    cudaStream_t s);
+// MoE combine + hc_post per token: o[t] = y[t] + sum over k in order of wts[t, k] *
+// y[rowmap[t, k]] (y [rows, d], rows 0..w-1 the shared expert), then X[t] <- M_t X[t] + post_t o.
+void launch_combine_post(const float* y, const int32_t* rowmap, const float* wts, float* X, const float* post,
+                         const float* M, int w, int hc, int top_k, int d, cudaStream_t s);
 
-// Final: xin[j] = rms_norm(sum_i hc_final[i] * X[j, i], final_norm).
-void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int w, int hc,
-                  int d, float eps, cudaStream_t s);
+// Final: xin[j] = rms_norm(sum_i hc_final[i] * X[j, i], final_norm), and its Q8_0 activations.
+void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int8_t* xq, float* xd,
+                  int w, int hc, int d, float eps, cudaStream_t s);
 
 }}  // namespace dq::gpu
