@@ -49,6 +49,23 @@ __device__ __forceinline__ unsigned short ld_stream_u16(const uint16_t* p) {
     return v;
 }
 
+// Asynchronous global -> shared copies (cp.async): in flight without holding registers.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));  // exact widening
 }
@@ -141,9 +158,11 @@ __device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
     }
 }
 
-// PIPE: software-pipelined (the next U chunks are loaded before the current ones are used).
-// MINB: 0, or the minimum resident 256-thread CTAs per SM to compile for (caps registers).
-template <int NC, int R, int U, int P, bool PIPE>
+// MODE 0: load U chunks, then use them. MODE 1: software-pipelined (the next U chunks are loaded
+// into registers before the current ones are used). MODE 2: each thread streams its own 16-byte
+// slices through a U-stage cp.async ring in shared memory (no barriers: a thread reads back only
+// what it copied), so U - 1 chunks per row are in flight without holding registers.
+template <int NC, int R, int U, int P, int MODE>
 __device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
                                           const uint16_t* __restrict__ wdp,
                                           const int8_t* __restrict__ xq,
@@ -195,7 +214,44 @@ __device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
             mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(c0 + u) * kChunkBytes + lo,
                               (c0 + u) * kChunkBlocks + lb, cols, nb, acc);
     };
-    if constexpr (PIPE) {
+    if constexpr (MODE == 2) {
+        extern __shared__ __align__(16) unsigned char stage_smem[];
+        const int nthr = blockDim.x, tid = threadIdx.x;
+        int4* sw = reinterpret_cast<int4*>(stage_smem);                          // [U][R][nthr]
+        uint32_t* sd = reinterpret_cast<uint32_t*>(stage_smem + size_t(U) * R * nthr * 16);
+        auto issue = [&](int stage, int c) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                cp_async16(sw + (size_t(stage) * R + r) * nthr + tid, wrow[r] + size_t(c) * kChunkBytes);
+                // The 4-byte word holding this lane's fp16 scale (d is 4-byte aligned).
+                const uintptr_t a = reinterpret_cast<uintptr_t>(drow[r] + c * kChunkBlocks);
+                cp_async4(sd + (size_t(stage) * R + r) * nthr + tid,
+                          reinterpret_cast<const void*>(a & ~uintptr_t(3)));
+            }
+        };
+#pragma unroll
+        for (int st = 0; st < U - 1; ++st) {
+            if (st < nfull) issue(st, st);
+            cp_async_commit();
+        }
+        for (; ch < nfull; ++ch) {
+            if (ch + U - 1 < nfull) issue((ch + U - 1) % U, ch + U - 1);
+            cp_async_commit();
+            cp_async_wait<U - 1>();  // chunk ch's group has landed
+            const int stage = ch % U;
+            int4 wv[R];
+            unsigned short wd[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                wv[r] = sw[(size_t(stage) * R + r) * nthr + tid];
+                const uint32_t v = sd[(size_t(stage) * R + r) * nthr + tid];
+                const bool hi = (reinterpret_cast<uintptr_t>(drow[r] + ch * kChunkBlocks) & 2) != 0;
+                wd[r] = (unsigned short)(hi ? v >> 16 : v & 0xffffu);
+            }
+            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + lb,
+                              cols, nb, acc);
+        }
+    } else if constexpr (MODE == 1) {
         int4 wv[U][R];
         unsigned short wd[U][R];
         if (U <= nfull) load(wv, wd, 0);
@@ -253,62 +309,47 @@ __device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
     }
 }
 
-template <int NC, int R, int U, int P, bool PIPE, int MINB>
-__global__ void __launch_bounds__(256, MINB) mmvq_kernel_lb(const int8_t* __restrict__ wq,
-    const uint16_t* __restrict__ wdp, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-    float* __restrict__ y, int rows, int cols) {
-    mmvq_body<NC, R, U, P, PIPE>(wq, wdp, xq, xd, y, rows, cols);
-}
-
-template <int NC, int R, int U, int P, bool PIPE>
+template <int NC, int R, int U, int P, int MODE>
 __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
                             const int8_t* __restrict__ xq, const float* __restrict__ xd,
                             float* __restrict__ y, int rows, int cols) {
-    mmvq_body<NC, R, U, P, PIPE>(wq, wdp, xq, xd, y, rows, cols);
-}
-
-template <int NC, int R, int U, int P, bool PIPE, int MINB>
-constexpr auto mmvq_kernel_ptr() {
-    if constexpr (MINB > 0) return mmvq_kernel_lb<NC, R, U, P, PIPE, MINB>;
-    else return mmvq_kernel<NC, R, U, P, PIPE>;
+    mmvq_body<NC, R, U, P, MODE>(wq, wdp, xq, xd, y, rows, cols);
 }
 
 using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
                         int);
 
-template <int R, int U, int P, bool PIPE, int MINB>
+template <int R, int U, int P, int MODE>
 MmvqFn mmvq_fn(int nc) {
     switch (nc) {
-        case 1: return mmvq_kernel_ptr<1, R, U, P, PIPE, MINB>();
-        case 2: return mmvq_kernel_ptr<2, R, U, P, PIPE, MINB>();
-        case 3: return mmvq_kernel_ptr<3, R, U, P, PIPE, MINB>();
-        case 4: return mmvq_kernel_ptr<4, R, U, P, PIPE, MINB>();
-        case 5: return mmvq_kernel_ptr<5, R, U, P, PIPE, MINB>();
-        case 6: return mmvq_kernel_ptr<6, R, U, P, PIPE, MINB>();
-        case 7: return mmvq_kernel_ptr<7, R, U, P, PIPE, MINB>();
-        default: return mmvq_kernel_ptr<8, R, U, P, PIPE, MINB>();
+        case 1: return mmvq_kernel<1, R, U, P, MODE>;
+        case 2: return mmvq_kernel<2, R, U, P, MODE>;
+        case 3: return mmvq_kernel<3, R, U, P, MODE>;
+        case 4: return mmvq_kernel<4, R, U, P, MODE>;
+        case 5: return mmvq_kernel<5, R, U, P, MODE>;
+        case 6: return mmvq_kernel<6, R, U, P, MODE>;
+        case 7: return mmvq_kernel<7, R, U, P, MODE>;
+        default: return mmvq_kernel<8, R, U, P, MODE>;
     }
 }
 
 // Instantiated variants (all with P = 4, the canonical warps per row).
 MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
     if (p != 4) return nullptr;
-#define DQ_MMVQ_CASE(R_, U_, PIPE_, MINB_)                                              \
-    if (c.rows_per_warp == R_ && c.unroll == U_ && c.pipelined == PIPE_ && c.min_blocks == MINB_) \
-        return mmvq_fn<R_, U_, 4, PIPE_, MINB_>(nc);
-    DQ_MMVQ_CASE(1, 4, 0, 0)
-    DQ_MMVQ_CASE(1, 4, 0, 8)
-    DQ_MMVQ_CASE(1, 4, 1, 6)
-    DQ_MMVQ_CASE(1, 2, 1, 8)
-    DQ_MMVQ_CASE(1, 2, 1, 6)
-    DQ_MMVQ_CASE(1, 2, 0, 8)
-    DQ_MMVQ_CASE(2, 2, 0, 0)
-    DQ_MMVQ_CASE(2, 2, 1, 0)
-    DQ_MMVQ_CASE(2, 2, 1, 4)
-    DQ_MMVQ_CASE(2, 4, 0, 0)
-    DQ_MMVQ_CASE(4, 1, 0, 0)
-    DQ_MMVQ_CASE(4, 1, 1, 0)
-    DQ_MMVQ_CASE(4, 2, 0, 0)
+#define DQ_MMVQ_CASE(R_, U_, MODE_)                                                     \
+    if (c.rows_per_warp == R_ && c.unroll == U_ && c.mode == MODE_) return mmvq_fn<R_, U_, 4, MODE_>(nc);
+    DQ_MMVQ_CASE(1, 4, 0)
+    DQ_MMVQ_CASE(2, 2, 0)
+    DQ_MMVQ_CASE(2, 4, 0)
+    DQ_MMVQ_CASE(4, 1, 0)
+    DQ_MMVQ_CASE(4, 2, 0)
+    DQ_MMVQ_CASE(2, 2, 1)
+    DQ_MMVQ_CASE(4, 1, 1)
+    DQ_MMVQ_CASE(1, 4, 2)
+    DQ_MMVQ_CASE(1, 8, 2)
+    DQ_MMVQ_CASE(2, 4, 2)
+    DQ_MMVQ_CASE(4, 3, 2)
+    DQ_MMVQ_CASE(4, 4, 2)
 #undef DQ_MMVQ_CASE
     return nullptr;
 }
@@ -482,13 +523,13 @@ MmvqConfig mmvq_default_config(int ncols) {
     // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md).
     // Every entry computes the same bits; only the speed differs.
     switch (ncols) {
-        case 1: return {1, 4, 8, 0, false, 0};   // 71.3 us, 4.00 TB/s
-        case 2: return {4, 2, 4, 0, false, 0};   // 73.5 us
-        case 3: return {4, 1, 4, 0, false, 0};   // 81.6 us
-        case 4: return {4, 1, 4, 0, false, 0};   // 77.0 us
-        case 5: return {4, 1, 8, 0, false, 0};   // 81.3 us
-        case 6: return {4, 1, 8, 0, false, 0};   // 90.4 us
-        default: return {2, 4, 4, 0, false, 0};  // 7: 113.8 us, 8: 117.6 us
+        case 1: return {1, 4, 8, 0, 0};   // 71.3 us, 4.00 TB/s
+        case 2: return {4, 2, 4, 0, 0};   // 73.5 us
+        case 3: return {4, 1, 4, 0, 0};   // 81.6 us
+        case 4: return {4, 1, 4, 0, 0};   // 77.0 us
+        case 5: return {4, 1, 8, 0, 0};   // 81.3 us
+        case 6: return {4, 1, 8, 0, 0};   // 90.4 us
+        default: return {2, 4, 4, 0, 0};  // 7: 113.8 us, 8: 117.6 us
     }
 }
 
@@ -503,11 +544,18 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     const MmvqFn fn = mmvq_pick(x.ncols, cfg, p);
     if (fn == nullptr)
         throw std::invalid_argument("dq::cuda::mmvq: no kernel for this configuration");
+    size_t smem = 0;
+    if (cfg.mode == 2) {
+        if (reinterpret_cast<uintptr_t>(w.d) % 4 != 0)
+            throw std::invalid_argument("dq::cuda::mmvq: staged mode needs 4-byte aligned scales");
+        smem = size_t(cfg.unroll) * cfg.rows_per_warp * cfg.warps_per_block * 32 * 20;
+        if (smem > 48 * 1024) throw std::invalid_argument("dq::cuda::mmvq: staging over 48 KB");
+    }
     prefer_l1(reinterpret_cast<const void*>(fn));
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
     const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
-    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+    fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
     check_launch("mmvq");
 }
 

@@ -47,17 +47,16 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
-// rows per row group, the chunks in flight, the block size, pipelining and register caps change
-// scheduling, never the order. Built variants (R, U, pipelined, min_blocks): (1,4,no,0),
-// (1,4,no,8), (1,4,yes,6), (1,2,yes,8), (1,2,yes,6), (1,2,no,8), (2,2,no,0), (2,2,yes,0),
-// (2,2,yes,4), (2,4,no,0), (4,1,no,0), (4,1,yes,0), (4,2,no,0); others throw.
+// rows per row group, the chunks in flight, the block size and the load scheme change
+// scheduling, never the order. Built (R, U, mode): (1,4,0), (2,2,0), (2,4,0), (4,1,0), (4,2,0),
+// (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
-    int unroll;           // U: chunks per row in flight per row group
+    int unroll;           // U: chunks per row in flight per row group (mode 2: ring stages)
     int warps_per_block;  // a multiple of the warps per row, at most 8
     int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); only 4 is built
-    bool pipelined;       // load the next U chunks before using the current ones
-    int min_blocks;       // 0, or compile for this many resident 256-thread CTAs per SM
+    int mode;             // 0: load U chunks then use them; 1: register double buffer;
+                          // 2: per-thread cp.async ring of U stages in shared memory
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
