@@ -428,3 +428,18 @@ def test_gpu_protocol_is_listed(tmp_path):
     assert "exact-bands-gpu-aba (ds4-gpu on cuda)" in " ".join(helped.stdout.split())
     with pytest.raises(protocol.UsageError, match=r"bundled: .*exact-bands-gpu-aba"):
         protocol.load("no-such-protocol")
+
+
+def test_exactness_protocol_on_cuda_is_refused_up_front(tmp_path):
+    """The embedded engine captures traces on the CPU only: say so at load, not per request."""
+    from dflash_qualify.harness import exactness_protocol
+
+    text = (protocol.bundled_dir() / "exact-bands-trace.toml").read_text()
+    assert '[target]\nkind = "embedded"\n' in text
+    path = tmp_path / "trace-cuda.toml"
+    path.write_text(text.replace('[target]\nkind = "embedded"\n',
+                                 '[target]\nkind = "embedded"\ndevice = "cuda"\n'))
+    with pytest.raises(protocol.UsageError) as err:
+        exactness_protocol.load(str(path))
+    assert str(err.value) == (f'{path}: target.device: expected "cpu" (the embedded engine '
+                              "captures traces on the CPU only), found string 'cuda'")
