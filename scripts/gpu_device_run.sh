@@ -43,7 +43,7 @@ rc=$?
 note "tests/test_gpu*.py: exit $rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/tests.log")"
 grep -h "CPU vs GPU" "$OUT/tests.log" | head -1 | tee -a "$summary"
 
-if [ -f "$repo/bench/gpu_kernels_bench.cu" ]; then
+if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu_kernels_bench.cu" ]; then
   echo "[$(stamp)] kernel bench"
   if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu_kernels_bench.cu" \
       "$repo/csrc/cuda/q8_kernels.cu" "$repo/csrc/q8_0.cpp" -o ./gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
