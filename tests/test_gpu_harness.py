@@ -333,7 +333,14 @@ def test_cpu_run_without_nvidia_smi_is_as_before(tmp_path, no_smi):
 
 
 def test_reports_read_a_version_1_gpu_record():
-    from dflash_qualify.harness.reports.base import gpu_state_rows, gpu_summary
+    from dflash_qualify.harness.reports.base import engine_device, gpu_state_rows, gpu_summary
+
+    gpu_build = {"build_type": "Release", "simd_path": "avx2", "device": "cuda",
+                 "cuda": {"built": True, "gpu": "NVIDIA H200"}}
+    assert engine_device({"engine_build": gpu_build}) == "on cuda (NVIDIA H200)"
+    assert engine_device({"engine_build": {**gpu_build, "device": "cpu"}}) is None
+    assert engine_device({"engine_build": {"build_type": "Release"}}) is None
+    assert engine_device({"engine_build": None}) is None
 
     old = {"gpu": [{"name": "NVIDIA A100", "driver_version": "535.1", "clocks.sm": "1410 MHz",
                     "clocks.mem": "1215 MHz", "temperature.gpu": "40"}], "arms": {"A": {}}}

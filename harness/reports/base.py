@@ -61,6 +61,15 @@ def _num(x) -> str:
     return f"{x:g}"
 
 
+def engine_device(env: dict) -> str | None:
+    """"on cuda (NVIDIA H200)" when the engine build the worker reported ran on a GPU."""
+    build = env.get("engine_build") if isinstance(env, dict) else None
+    if not isinstance(build, dict) or build.get("device") in (None, "cpu"):
+        return None
+    cuda = build.get("cuda") if isinstance(build.get("cuda"), dict) else {}
+    return f"on {build['device']}" + (f" ({cuda['gpu']})" if cuda.get("gpu") else "")
+
+
 def gpu_summary(env: dict) -> str | None:
     """One phrase for the run's GPU (environment.json `gpu`, version 1 or 2), None if absent."""
     gpu = env.get("gpu") if isinstance(env, dict) else None

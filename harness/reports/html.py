@@ -15,7 +15,7 @@ import io
 from typing import Any
 
 from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
-                   gpu_state_rows, gpu_summary)
+                   engine_device, gpu_state_rows, gpu_summary)
 
 PALETTE = {"reference": "#1f77b4", "candidate": "#d62728"}
 ARM_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
@@ -205,7 +205,8 @@ def _environment(env: dict) -> str:
             ("OS", " ".join(str(x) for x in (get("os", "system"), get("os", "release")) if x)),
             ("Python", get("python", "version")), ("dflash-qualify", get("tool_version")),
             ("engine build", " ".join(str(x) for x in (get("engine_build", "build_type"),
-                                                       get("engine_build", "simd_path")) if x)),
+                                                       get("engine_build", "simd_path"),
+                                                       engine_device(env)) if x)),
             ("git (tool)", get("git", "tool", "sha")), ("started", get("started_utc")),
             ("finished", get("finished_utc"))]
     rows.append(("GPU", gpu_summary(env)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..analysis import describe_mismatch
 from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
-                   gpu_state_rows, gpu_summary, with_unit)
+                   engine_device, gpu_state_rows, gpu_summary, with_unit)
 from .exactness_md import run_report_lines
 
 
@@ -204,7 +204,8 @@ def _environment_lines(env: dict) -> list[str]:
                         ("dflash-qualify", _first(env, ("tool_version",))),
                         ("engine", " ".join(x for x in (_first(env, ("engine_build", "build_type")),
                                                         _first(env, ("engine_build", "simd_path"),
-                                                               ("engine_build", "simd"))) if x))):
+                                                               ("engine_build", "simd")),
+                                                        engine_device(env)) if x))):
         if text:
             items.append(f"{label} {text}")
     gpu = gpu_summary(env)
