@@ -173,3 +173,11 @@ def test_gpu_bad_input_matches_cpu(gpu: Engine, tmp_path) -> None:
         from dflash_qualify.engine.trace import traced_generate
         traced_generate(gpu, "x", max_tokens=1, trace={"level": "digest", "path": str(tmp_path / "t.jsonl"),
                                                        "snapshot_at": None, "perturb": None})
+
+
+def test_gpu_prefix_cache_hits_give_the_same_response(gpu: Engine) -> None:
+    eng = Engine("ds4-tiny", seed=0, threads=2, device="cuda", prefix_cache_slots=2)
+    first = eng.generate("A repeated GPU request", max_tokens=8, chunk=4, bands=True)
+    again = eng.generate("A repeated GPU request", max_tokens=8, chunk=4, bands=True)
+    assert again.timings["cache_hits"] > 0 and first.timings["cache_hits"] == 0
+    assert again.tokens == first.tokens == gpu.generate("A repeated GPU request", max_tokens=8).tokens
