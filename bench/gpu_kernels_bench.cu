@@ -599,7 +599,7 @@ int run(int argc, char** argv) {
         }
     for (int n = 1; n <= 8; ++n) {
         const double us = time_mmvq(n, nullptr);
-        const MmvqConfig c = dq::cuda::mmvq_default_config(n);
+        const MmvqConfig c = dq::cuda::mmvq_default_config(n, kRows, kCols);
         rows.push_back({"mmvq", cfg_name(c), n, us, wbytes / (us * 1e-6) / 1e12, double(n) * nq / (us * 1e-6) / 1e9});
     }
     for (int n : {8, 16, 32, 64}) {
@@ -609,6 +609,31 @@ int run(int argc, char** argv) {
         }, warm, reps);
         CK(cudaFree(dy));
         rows.push_back({"mmq", "", n, us, wbytes / (us * 1e-6) / 1e12, double(n) * nq / (us * 1e-6) / 1e9});
+    }
+
+    // Smaller matrices (the ds4-gpu shapes): sub-matrices carved from the three big buffers,
+    // 48 of them rotated so no launch finds its weights in L2. The shape-aware default
+    // (mmvq_default_config(ncols, rows, cols)) against the 16384-tuned table.
+    struct SmallRow { int rows, cols, ncols; double us_shape, us_table; };
+    std::vector<SmallRow> small;
+    for (const Shape sh : {Shape{4096, 4096}, Shape{2048, 4096}, Shape{4096, 2048}}) {
+        const size_t mq = size_t(sh.rows) * sh.cols;
+        const int per_buf = int(nq / mq);
+        float* dy = dalloc<float>(size_t(8) * sh.rows);
+        auto view = [&](int i) {
+            const int k = i % (kBufs * std::min(per_buf, 16));
+            const DevQ8W& b = big[k % kBufs];
+            const size_t off = size_t(k / kBufs) * mq;
+            return Q8Weights{b.qs + off, b.d + off / 32, sh.rows, sh.cols};
+        };
+        for (int n : {1, 2, 3, 4, 8}) {
+            const MmvqConfig shaped = dq::cuda::mmvq_default_config(n, sh.rows, sh.cols);
+            const MmvqConfig table = dq::cuda::mmvq_default_config(n);
+            const double a = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), abig.view(n), dy, shaped, nullptr); }, warm, reps);
+            const double b = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), abig.view(n), dy, table, nullptr); }, warm, reps);
+            small.push_back({sh.rows, sh.cols, n, a, b});
+        }
+        CK(cudaFree(dy));
     }
 
     // ---- report ----------------------------------------------------------------------------
@@ -626,6 +651,11 @@ int run(int argc, char** argv) {
     for (const Row& r : rows)
         std::printf("%-5s %-8s %5d %9.2f %8.3f %7.1f%% %12.1f\n", r.kind.c_str(), r.cfg.c_str(), r.ncols, r.us,
                     r.tbps, 100.0 * r.tbps / copy_tbps, r.gweights);
+
+    std::printf("\nsmaller matrices (us; shape-aware default vs the 16384-tuned table; TB/s of the first):\n");
+    for (const SmallRow& r : small)
+        std::printf("  %5dx%-5d ncols %d: %7.2f vs %7.2f  (%.3f TB/s)\n", r.rows, r.cols, r.ncols, r.us_shape,
+                    r.us_table, double(r.rows) * r.cols * 34.0 / 32.0 / (r.us_shape * 1e-6) / 1e12);
 
     FILE* f = std::fopen(out_path, "w");
     if (!f) {
@@ -648,6 +678,11 @@ int run(int argc, char** argv) {
         std::fprintf(f, "    {\"kernel\": \"%s\", \"config\": \"%s\", \"ncols\": %d, \"us\": %.3f, \"tbps\": %.4f, \"gcolweights_per_s\": %.2f}%s\n",
                      r.kind.c_str(), r.cfg.c_str(), r.ncols, r.us, r.tbps, r.gweights, i + 1 < rows.size() ? "," : "");
     }
+    std::fprintf(f, "  ],\n  \"mmvq_small\": [\n");
+    for (size_t i = 0; i < small.size(); ++i)
+        std::fprintf(f, "    {\"rows\": %d, \"cols\": %d, \"ncols\": %d, \"us_shape_default\": %.3f, \"us_table_default\": %.3f}%s\n",
+                     small[i].rows, small[i].cols, small[i].ncols, small[i].us_shape, small[i].us_table,
+                     i + 1 < small.size() ? "," : "");
     std::fprintf(f, "  ],\n  \"mmvq_sweep_us\": {\n");
     for (size_t k = 0; k < sweep.size(); ++k) {
         std::fprintf(f, "    \"%s\": [", cfg_name(sweep_configs()[k]).c_str());

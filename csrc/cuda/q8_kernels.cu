@@ -338,6 +338,7 @@ MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
     if (p != 4) return nullptr;
 #define DQ_MMVQ_CASE(R_, U_, MODE_)                                                     \
     if (c.rows_per_warp == R_ && c.unroll == U_ && c.mode == MODE_) return mmvq_fn<R_, U_, 4, MODE_>(nc);
+    DQ_MMVQ_CASE(1, 2, 0)
     DQ_MMVQ_CASE(1, 4, 0)
     DQ_MMVQ_CASE(2, 2, 0)
     DQ_MMVQ_CASE(2, 4, 0)
@@ -559,9 +560,25 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     check_launch("mmvq");
 }
 
+MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
+    MmvqConfig c = mmvq_default_config(ncols);
+    // Few rows: fewer rows per group, so the grid still has about 2048 row groups to spread over
+    // the SMs (a 4096-row matrix at R = 4 would fill only 1024).
+    while (c.rows_per_warp > 1 && (rows + c.rows_per_warp - 1) / c.rows_per_warp < 2048)
+        c = c.rows_per_warp == 4 ? MmvqConfig{2, 2, 4, 0, 0} : MmvqConfig{1, 4, 4, 0, 0};
+    // Short rows: an unroll above the row's full chunks would leave them to the one-at-a-time
+    // tail loop; take U = 2 (or 1 at R = 4) so they are loaded together.
+    const int full_chunks = (cols / kQK) / (16 * mmvq_warps_per_row(cols));
+    if (c.mode == 0 && c.unroll > full_chunks && full_chunks < 4) {
+        if (c.rows_per_warp == 4) c.unroll = full_chunks >= 2 ? 2 : 1;
+        else c.unroll = 2;
+    }
+    return c;  // same bits at any R and U
+}
+
 void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     validate(w, x, y, 8);
-    mmvq_with_config(w, x, y, mmvq_default_config(x.ncols), s);
+    mmvq_with_config(w, x, y, mmvq_default_config(x.ncols, w.rows, w.cols), s);
 }
 
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {

@@ -48,8 +48,8 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per row group, the chunks in flight, the block size and the load scheme change
-// scheduling, never the order. Built (R, U, mode): (1,4,0), (2,2,0), (2,4,0), (4,1,0), (4,2,0),
-// (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); others throw.
+// scheduling, never the order. Built (R, U, mode): (1,2,0), (1,4,0), (2,2,0), (2,4,0), (4,1,0),
+// (4,2,0), (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
     int unroll;           // U: chunks per row in flight per row group (mode 2: ring stages)
@@ -60,8 +60,11 @@ struct MmvqConfig {
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
-// The configuration mmvq() uses for a given ncols (1..8).
+// The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix.
 MmvqConfig mmvq_default_config(int ncols);
+// The configuration mmvq() uses: the above, with fewer rows per group when rows is small and a
+// smaller unroll when a row has fewer full chunks than the unroll.
+MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
                       cudaStream_t s);
 
