@@ -125,7 +125,7 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restri
 // chunks in K order; then the fixed butterfly in each warp and the fixed pairwise tree across
 // the group's P warps, whatever R, U, NC or the block size are. P is part of the order: it is a
 // function of cols only (mmvq_warps_per_row).
-constexpr int kMmvqMaxWarps = 16;  // warps per CTA at most
+constexpr int kMmvqMaxWarps = 8;  // warps per CTA at most
 
 template <int NC, int R>
 __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned short (&wd)[R],
@@ -538,7 +538,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
                       cudaStream_t s) {
     validate(w, x, y, 8);
     const int p = cfg.warps_per_row > 0 ? cfg.warps_per_row : mmvq_warps_per_row(w.cols);
-    if (cfg.warps_per_block < p || cfg.warps_per_block > 8 ||
+    if (cfg.warps_per_block < p || cfg.warps_per_block > kMmvqMaxWarps ||
         cfg.warps_per_block % p != 0)
         throw std::invalid_argument("dq::cuda::mmvq: warps_per_block must be a multiple of the "
                                     "warps per row, at most 8");
