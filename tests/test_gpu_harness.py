@@ -199,8 +199,8 @@ def test_gpu_protocol_loads_without_a_gpu():
     assert r["arms"][0]["env"] == r["arms"][2]["env"] == q1 and r["arms"][0]["engine"] == {}
     assert r["arms"][1]["env"]["DFLASH_DS4_EXACT_PREFILL_BANDS"] == "1"
     assert r["arms"][1]["engine"] == {"chunk": 4}
-    # 0.5 s: the slowest q1 prefill of 512 tokens expected on the H200 (bands are faster)
-    requests_s = sum(a["warmups"] + a["measured"] for a in r["arms"]) * 0.5
+    # 0.85 s: a 512-token q1 prefill on the H200 (~630 tok/s measured; bands are faster)
+    requests_s = sum(a["warmups"] + a["measured"] for a in r["arms"]) * 0.85
     assert requests_s < 60 and all(a["measured"] >= 10 for a in r["arms"])
     argv = embedded_argv(r["target"], r["arms"][1])
     assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--model") + 1] == "ds4-gpu"
