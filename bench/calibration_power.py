@@ -19,12 +19,17 @@ Target (issue 8): |detection rate - predicted power| <= 10 percentage points. Ex
 met, 1 when not. Nothing is written to evidence/; --json saves the numbers.
 
 Results (2026-11-29, this repo's 2-core AMD EPYC VM shared with C++ compiles, load 3-5;
-30 pairs each; the detection rate's binomial s.e. is given):
+30 pairs each; the detection rate's binomial s.e. is given; measured while exact-bands-quick
+was still ABA with a 64-token prompt; it is now interleaved with 256 tokens, see
+docs/calibration.md; not re-run since):
 - exact-bands-quick (ABA), 5%: predicted 3.3%, detected 1/30 = 3.3% (s.e. 3.3): within.
 - exact-bands-quick with schedule = "interleaved", 5%: A/A median |gain| 1.22%, drift
   1.10%; predicted 41.4%, detected 11/30 = 36.7% (s.e. 8.8): 4.7 points, within.
 - exact-bands-quick (ABA), --slowdown 20: predicted 12.9%, detected 7/30 = 23.3% (s.e. 7.7):
   10.4 points, just outside (1.35 s.e.; the machine's load changed between runs).
+- exact-bands-quick now (interleaved, 256 tokens), 5%, load 3.0-3.2 with the full test suite
+  running: A/A median |gain| 1.62%, drift 2.54%, simulated false qualification 0.20%;
+  predicted 25.1%, detected 10/30 = 33.3% (s.e. 8.6): 8.2 points, within.
 """
 from __future__ import annotations
 

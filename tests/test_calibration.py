@@ -102,10 +102,10 @@ def test_power_detects_a_large_effect_on_quiet_noise():
     rng = np.random.default_rng(3)
     samples = []
     for r in range(3):
-        for block, arm in enumerate(["A", "cand", "B"]):
-            for i in range(5):
+        for i in range(5):  # exact-bands-quick is interleaved: block i is round i
+            for arm in ["A", "cand", "B"]:
                 samples.append({"seq": len(samples), "repeat": r, "arm": arm, "phase": "measured",
-                                "index": i, "group": None, "block": block, "ok": True,
+                                "index": i, "group": None, "block": i, "ok": True,
                                 "value": 1000 * (1 + rng.uniform(-0.005, 0.005)),
                                 "response_sha256": "0" * 64, "cache_hits": 0})
     s = calibration.compute(aa, samples, lambda sha: b"x")

@@ -177,9 +177,18 @@ def wait_for_line(proc: subprocess.Popen, text: str) -> None:
 
 
 # ---------------------------------------------------------------------- worker faults
+def quick_aba(tmp_path: Path) -> str:
+    """exact-bands-quick run ABA (its schedule line dropped): one worker alive at a time."""
+    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    assert text.count('\nschedule = "interleaved"\n') == 1
+    path = tmp_path / "quick-aba.toml"
+    path.write_text(text.replace('\nschedule = "interleaved"\n', "\n"))
+    return str(path)
+
+
 def test_worker_killed_mid_arm(tmp_path):
     marker, env = marked_env()
-    proc = subprocess.Popen([EXE, "run", "exact-bands-quick", "--out", str(tmp_path / "ev"),
+    proc = subprocess.Popen([EXE, "run", quick_aba(tmp_path), "--out", str(tmp_path / "ev"),
                              "--measured", "100000"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -229,7 +238,7 @@ def test_engine_exception(tmp_path):
     # the real ds4-tiny worker: a 600-byte prompt exceeds its 512-token context
     text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
     path = tmp_path / "too-long.toml"
-    path.write_text(text.replace("length = 64 ", "length = 600"))
+    path.write_text(text.replace("length = 256 ", "length = 600"))
     fault = run_protocol(tmp_path, path)
     assert_failed(fault, "arm A: request A-0: engine error EngineError: prompt too long: "
                          "601 tokens exceeds the context of 512 tokens")

@@ -19,8 +19,23 @@ FAST = FakeScript(prefill_ms=[5.0, 5.05, 4.95])
 SLOW = FakeScript(prefill_ms=[10.0, 10.05, 9.95])
 
 
+QUICK_ABA: Path | None = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_aba(tmp_path_factory):
+    """These tests check the runner's sequential path (one target per arm, A then cand then
+    B), so they run exact-bands-quick with its schedule line (interleaved) dropped: ABA."""
+    global QUICK_ABA
+    text = (protocol_mod.bundled_dir() / "exact-bands-quick.toml").read_text()
+    assert text.count('\nschedule = "interleaved"\n') == 1
+    QUICK_ABA = tmp_path_factory.mktemp("protocols") / "exact-bands-quick.toml"
+    QUICK_ABA.write_text(text.replace('\nschedule = "interleaved"\n', "\n"))
+
+
 def quick(**over) -> protocol_mod.LoadedProtocol:
-    return protocol_mod.load("exact-bands-quick", **over)
+    assert QUICK_ABA is not None
+    return protocol_mod.load(str(QUICK_ABA), **over)
 
 
 def run(tmp_path: Path, scripts: dict, loaded=None, made=None) -> runner.Outcome:

@@ -21,10 +21,10 @@ LIMIT_S = 300  # only stops a hung test; nothing is timed
 
 
 def quick_with(tmp_path: Path, schedule_line: str) -> Path:
-    """exact-bands-quick with a top-level schedule line added."""
+    """exact-bands-quick with its schedule line (interleaved) replaced by `schedule_line`."""
     text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
-    text = text.replace('name = "exact-bands-quick"\n',
-                        f'name = "exact-bands-quick"\n{schedule_line}\n')
+    assert text.count('\nschedule = "interleaved"\n') == 1
+    text = text.replace('\nschedule = "interleaved"\n', f"\n{schedule_line}\n")
     path = tmp_path / "quick.toml"
     path.write_text(text)
     return path
@@ -85,7 +85,7 @@ def test_schedule_forms(tmp_path, line, plan):
 
 
 def test_default_schedule_is_aba():
-    r = protocol.load("exact-bands-quick").resolved
+    r = protocol.load("exact-bands-aba").resolved  # a protocol without a schedule line
     assert r["schedule_plan"] == {"kind": "ABA", "seed": None, "rounds": 1}
     assert r["schedule"] == ["A", "cand", "B"]
 
