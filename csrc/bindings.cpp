@@ -12,6 +12,9 @@
 #include "model_scheduler.h"
 #include "model_session.h"
 #include "model_trace.h"
+#ifdef DQ_HAVE_CUDA
+#include "cuda/gpu_engine.h"
+#endif
 
 namespace py = pybind11;
 using namespace dq;
@@ -64,9 +67,7 @@ py::array_t<T> copy_array(const std::vector<T>& v, std::vector<py::ssize_t> shap
     return a;
 }
 
-py::dict session_state(const Session& s) {
-    const State& st = s.state();
-    const ModelConfig& c = s.model().config();
+py::dict state_dict(const State& st, const ModelConfig& c) {
     const py::ssize_t hd = c.head_dim;
     py::dict out;
     out["pos"] = py::array_t<int32_t>(std::vector<py::ssize_t>{1}, &st.pos);
@@ -84,7 +85,70 @@ py::dict session_state(const Session& s) {
     return out;
 }
 
+py::dict session_state(const Session& s) { return state_dict(s.state(), s.model().config()); }
+
 using Tokens = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// prefill / decode / decode_step for a CPU Session or a CUDA GpuSession (same contract).
+template <class S, class Cls>
+void bind_steps(Cls& cls) {
+    cls.def("prefill",
+            [](S& s, Tokens tokens, int chunk, int mmvq_max_ncols, bool approximate, int approx_width) {
+                const ModelConfig& c = s.model().config();
+                const py::ssize_t n = tokens.size();
+                py::array_t<float> logits({n, py::ssize_t(c.vocab)});
+                py::array_t<int32_t> rid({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
+                py::array_t<float> rw({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
+                PrefillOptions opt{chunk, mmvq_max_ncols, approximate, approx_width};
+                PrefillOutcome out;
+                {
+                    py::gil_scoped_release nogil;
+                    out = s.prefill(tokens.data(), int(n), opt, logits.mutable_data(), rid.mutable_data(),
+                                    rw.mutable_data());
+                }
+                py::dict d = stats_dict(out.stats);
+                d["logits"] = logits;
+                d["route_ids"] = rid;
+                d["route_weights"] = rw;
+                d["widths"] = out.widths;
+                d["step_mmq"] = out.step_mmq;
+                d["ns"] = out.ns;
+                return d;
+            },
+            py::arg("tokens"), py::arg("chunk"), py::arg("mmvq_max_ncols"), py::arg("approximate"),
+            py::arg("approx_width"))
+        .def("decode",
+             [](S& s, int max_tokens) {
+                 DecodeOutcome out;
+                 {
+                     py::gil_scoped_release nogil;
+                     out = s.decode(max_tokens);
+                 }
+                 py::dict d = stats_dict(out.stats);
+                 d["tokens"] = out.tokens;
+                 d["stop"] = out.stop;
+                 d["ns"] = out.ns;
+                 return d;
+             },
+             py::arg("max_tokens"))
+        .def("decode_step", [](S& s) {
+            StepStats st;
+            int32_t tok;
+            {
+                py::gil_scoped_release nogil;
+                tok = s.decode_step(st);
+            }
+            return tok;
+        });
+}
+
+std::string cuda_unavailable_reason() {
+#ifdef DQ_HAVE_CUDA
+    return gpu::unavailable_reason();
+#else
+    return "this build has no CUDA backend (no CUDA compiler was found when it was built, or DQ_CUDA=OFF)";
+#endif
+}
 
 }  // namespace
 
@@ -117,58 +181,11 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("weight_bytes_total", [](const Model& mdl) { return mdl.weights().q8_bytes; })
         .def_property_readonly("fingerprint", [](const Model& mdl) { return mdl.config().fingerprint(); });
 
-    py::class_<Session>(m, "Session")
-        .def(py::init<const Model&>(), py::arg("model"), py::keep_alive<1, 2>())
-        .def_property_readonly("pos", &Session::pos)
-        .def("prefill",
-             [](Session& s, Tokens tokens, int chunk, int mmvq_max_ncols, bool approximate, int approx_width) {
-                 const ModelConfig& c = s.model().config();
-                 const py::ssize_t n = tokens.size();
-                 py::array_t<float> logits({n, py::ssize_t(c.vocab)});
-                 py::array_t<int32_t> rid({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
-                 py::array_t<float> rw({py::ssize_t(c.n_layers), n, py::ssize_t(c.top_k)});
-                 PrefillOptions opt{chunk, mmvq_max_ncols, approximate, approx_width};
-                 PrefillOutcome out;
-                 {
-                     py::gil_scoped_release nogil;
-                     out = s.prefill(tokens.data(), int(n), opt, logits.mutable_data(), rid.mutable_data(),
-                                     rw.mutable_data());
-                 }
-                 py::dict d = stats_dict(out.stats);
-                 d["logits"] = logits;
-                 d["route_ids"] = rid;
-                 d["route_weights"] = rw;
-                 d["widths"] = out.widths;
-                 d["step_mmq"] = out.step_mmq;
-                 d["ns"] = out.ns;
-                 return d;
-             },
-             py::arg("tokens"), py::arg("chunk"), py::arg("mmvq_max_ncols"), py::arg("approximate"),
-             py::arg("approx_width"))
-        .def("decode",
-             [](Session& s, int max_tokens) {
-                 DecodeOutcome out;
-                 {
-                     py::gil_scoped_release nogil;
-                     out = s.decode(max_tokens);
-                 }
-                 py::dict d = stats_dict(out.stats);
-                 d["tokens"] = out.tokens;
-                 d["stop"] = out.stop;
-                 d["ns"] = out.ns;
-                 return d;
-             },
-             py::arg("max_tokens"))
-        .def("decode_step",
-             [](Session& s) {
-                 StepStats st;
-                 int32_t tok;
-                 {
-                     py::gil_scoped_release nogil;
-                     tok = s.decode_step(st);
-                 }
-                 return tok;
-             })
+    py::class_<Session> session(m, "Session");
+    session.def(py::init<const Model&>(), py::arg("model"), py::keep_alive<1, 2>())
+        .def_property_readonly("pos", &Session::pos);
+    bind_steps<Session>(session);
+    session
         .def("snapshot",
              [](const Session& s) {
                  std::vector<uint8_t> b = s.snapshot();
@@ -202,6 +219,46 @@ PYBIND11_MODULE(_core, m) {
             t.records.clear();
             return py::make_tuple(steps, recs);
         });
+
+    m.def("cuda_built", [] {
+#ifdef DQ_HAVE_CUDA
+        return true;
+#else
+        return false;
+#endif
+    });
+    m.def("cuda_unavailable_reason", &cuda_unavailable_reason);  // "" when device="cuda" can run
+#ifdef DQ_HAVE_CUDA
+    py::class_<gpu::GpuModel>(m, "GpuModel")
+        .def(py::init([](const py::dict& cfg, int threads) {
+                 ModelConfig c = config_from_dict(cfg);
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<gpu::GpuModel>(c, threads);
+             }),
+             py::arg("config"), py::arg("threads"))
+        .def_property_readonly("build_seconds", &gpu::GpuModel::build_seconds)
+        .def_property_readonly("upload_seconds", &gpu::GpuModel::upload_seconds)
+        .def_property_readonly("weight_bytes_total", &gpu::GpuModel::weight_bytes_total)
+        .def_property_readonly("device_name", &gpu::GpuModel::device_name)
+        .def_property_readonly("fingerprint", [](const gpu::GpuModel& g) { return g.config().fingerprint(); });
+
+    py::class_<gpu::GpuSession> gsession(m, "GpuSession");
+    gsession.def(py::init<const gpu::GpuModel&>(), py::arg("model"), py::keep_alive<1, 2>())
+        .def_property_readonly("pos", &gpu::GpuSession::pos);
+    bind_steps<gpu::GpuSession>(gsession);
+    gsession
+        .def("snapshot",
+             [](const gpu::GpuSession& s) {
+                 std::vector<uint8_t> b = snapshot_state(s.model().config(), s.download_state());
+                 return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+             })
+        .def("restore",
+             [](gpu::GpuSession& s, const py::bytes& b) {
+                 std::string_view v = b;
+                 s.upload_state(restore_state(s.model().config(), reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+             })
+        .def("state", [](const gpu::GpuSession& s) { return state_dict(s.download_state(), s.model().config()); });
+#endif
 
     dq::bind_kernels(m);
 }

@@ -70,13 +70,15 @@ Model::Model(const ModelConfig& cfg, int threads) : cfg_(cfg) {
     build_seconds_ = double(now_ns() - t0) * 1e-9;
 }
 
-State Model::new_state() const {
+State make_state(const ModelConfig& c) {
     State st;
-    for (int l = 0; l < cfg_.n_layers; ++l) st.layers.push_back(make_layer_state(cfg_, l));
-    st.hc_streams.assign(size_t(cfg_.hc_mult) * cfg_.d_model, 0.0f);
-    st.last_logits.assign(cfg_.vocab, 0.0f);
+    for (int l = 0; l < c.n_layers; ++l) st.layers.push_back(make_layer_state(c, l));
+    st.hc_streams.assign(size_t(c.hc_mult) * c.d_model, 0.0f);
+    st.last_logits.assign(c.vocab, 0.0f);
     return st;
 }
+
+State Model::new_state() const { return make_state(cfg_); }
 
 void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc) const {
     const ModelConfig& c = cfg_;

@@ -25,6 +25,9 @@ struct State {
     bool has_logits = false;
 };
 
+// A fresh (empty) state for config c.
+State make_state(const ModelConfig& c);
+
 // Per-step scratch buffers sized for kMaxStep tokens.
 struct Scratch {
     explicit Scratch(const ModelConfig& c);

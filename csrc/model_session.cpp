@@ -124,18 +124,21 @@ struct Reader {
 };
 }  // namespace
 
-std::vector<uint8_t> Session::snapshot() const {
-    const ModelConfig& c = m_.config();
+std::vector<uint8_t> Session::snapshot() const { return snapshot_state(m_.config(), st_); }
+
+void Session::restore(const uint8_t* data, size_t size) { st_ = restore_state(m_.config(), data, size); }
+
+std::vector<uint8_t> snapshot_state(const ModelConfig& c, const State& st) {
     std::vector<uint8_t> buf;
     Writer w{buf};
     w.pod(kSnapMagic);
     w.pod(kSnapVersion);
     w.pod(c.fingerprint());
-    w.pod(int32_t(st_.pos));
-    w.pod(uint8_t(st_.has_logits));
-    w.floats(st_.last_logits, st_.last_logits.size());
-    w.floats(st_.hc_streams, st_.hc_streams.size());
-    for (const LayerState& ls : st_.layers) {
+    w.pod(int32_t(st.pos));
+    w.pod(uint8_t(st.has_logits));
+    w.floats(st.last_logits, st.last_logits.size());
+    w.floats(st.hc_streams, st.hc_streams.size());
+    for (const LayerState& ls : st.layers) {
         w.floats(ls.window, ls.window.size());
         w.floats(ls.comp_kv, ls.comp_kv.size());
         w.floats(ls.comp_score, ls.comp_score.size());
@@ -145,13 +148,12 @@ std::vector<uint8_t> Session::snapshot() const {
     return buf;
 }
 
-void Session::restore(const uint8_t* data, size_t size) {
-    const ModelConfig& c = m_.config();
+State restore_state(const ModelConfig& c, const uint8_t* data, size_t size) {
     Reader r{data, size};
     if (r.pod<uint32_t>() != kSnapMagic) throw std::invalid_argument("not a DS4-mini session snapshot");
     if (r.pod<uint32_t>() != kSnapVersion) throw std::invalid_argument("unsupported snapshot version");
     if (r.pod<uint64_t>() != c.fingerprint()) throw std::invalid_argument("snapshot belongs to a different model or seed");
-    State st = m_.new_state();
+    State st = make_state(c);
     st.pos = r.pod<int32_t>();
     st.has_logits = r.pod<uint8_t>() != 0;
     if (st.pos < 0 || st.pos > c.ctx) throw std::invalid_argument("snapshot position out of range");
@@ -167,7 +169,7 @@ void Session::restore(const uint8_t* data, size_t size) {
         r.floats(ls.compressed, size_t(nc) * c.head_dim);
     }
     if (r.left != 0) throw std::invalid_argument("snapshot has trailing bytes");
-    st_ = std::move(st);
+    return st;
 }
 
 }  // namespace dq

@@ -30,6 +30,11 @@ struct DecodeOutcome {
     StepStats stats;
 };
 
+// Snapshot bytes of a State (magic, version, config fingerprint, then every array) and back;
+// shared by the CPU Session and the CUDA session (csrc/cuda), so snapshots move between them.
+std::vector<uint8_t> snapshot_state(const ModelConfig& c, const State& st);
+State restore_state(const ModelConfig& c, const uint8_t* data, size_t size);  // throws std::invalid_argument
+
 class Session {
 public:
     explicit Session(const Model& m);

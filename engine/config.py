@@ -32,6 +32,14 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
         "hc_mult": 4, "sinkhorn_iters": 3, "ctx": 4096, "ratios": [0, 4, 16, 4, 16, 4],
         "rope_theta": 10000.0, "norm_eps": 1e-6, "routed_scale": 1.5, "swiglu_limit": 7.0,
     },
+    # GPU (device="cuda"): ~3.7 GiB of Q8_0 weights so weight streaming dominates on an H200
+    # (about 0.9 GB streamed per q1 token); same architecture, ratios mix 0, 4 and 16.
+    "ds4-gpu": {
+        "name": "ds4-gpu", "vocab": 258, "d_model": 4096, "n_layers": 8, "n_heads": 32, "head_dim": 128,
+        "rope_dim": 64, "n_swa": 128, "n_experts": 16, "top_k": 2, "d_ff": 2048, "n_hash_layers": 1,
+        "hc_mult": 4, "sinkhorn_iters": 3, "ctx": 4096, "ratios": [0, 4, 16, 4, 16, 4, 16, 0],
+        "rope_theta": 10000.0, "norm_eps": 1e-6, "routed_scale": 1.5, "swiglu_limit": 7.0,
+    },
 }
 
 

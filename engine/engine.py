@@ -17,6 +17,13 @@ from .session import Session
 from .tokenizer import EOS, as_token_array, detokenize, prompt_tokens
 
 MAX_THREADS = 256
+DEVICES = ("cpu", "cuda")
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None when Engine(device="cuda") can run here, else why not (no CUDA in this build, no
+    driver, no GPU, not a Hopper GPU)."""
+    return _core.cuda_unavailable_reason() or None
 
 
 class Engine:
@@ -28,6 +35,9 @@ class Engine:
         threads: worker threads (None: os.cpu_count()). Results never depend on it.
         bands, chunk, mmvq_max_ncols: default prefill options (see options.resolve).
         prefix_cache_slots: > 0 enables the prefix cache with that many snapshots.
+        device: "cpu" (default) or "cuda" (the GPU backend, docs/gpu.md: weights built on the
+            CPU, uploaded once, state on the GPU; q1 = bands bitwise on the GPU, CPU vs GPU not
+            bitwise). "cuda" raises EngineError saying why when this build or machine has none.
         test_slowdown_pct: TEST ONLY (default: env DFLASH_DS4_TEST_SLOWDOWN_PCT, else 0):
             generate() busy-waits for this percentage of each measured prefill time and
             reports the inflated prefill time, so harness calibration can inject a known
@@ -36,7 +46,10 @@ class Engine:
 
     def __init__(self, model: str | Path = "ds4-mini", seed: int = 0, threads: int | None = None, *,
                  bands: bool | None = None, chunk: int | None = None, mmvq_max_ncols: int | None = None,
-                 prefix_cache_slots: int = 0, test_slowdown_pct: float | None = None) -> None:
+                 prefix_cache_slots: int = 0, test_slowdown_pct: float | None = None,
+                 device: str = "cpu") -> None:
+        if device not in DEVICES:
+            raise EngineError(f"device must be one of {list(DEVICES)}, got {device!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
             raise EngineError(f"seed must be an integer 0..2**63-1, got {seed!r}")
         if threads is None:
@@ -56,7 +69,17 @@ class Engine:
         _check_memory(q8_weight_bytes(self._config))
         self._seed = seed
         self._hash = config_hash(self._config, seed)
-        self._model = _core.Model({**self._config, "seed": seed}, threads)
+        self._device = device
+        if device == "cuda":
+            why = cuda_unavailable_reason()
+            if why:
+                raise EngineError(f"device='cuda' is not available: {why}")
+            try:
+                self._model = _core.GpuModel({**self._config, "seed": seed}, threads)
+            except ValueError as exc:  # e.g. not enough GPU memory
+                raise EngineError(str(exc)) from None
+        else:
+            self._model = _core.Model({**self._config, "seed": seed}, threads)
         self._threads = threads
         self._cache = PrefixCache(prefix_cache_slots)
 
@@ -81,8 +104,22 @@ class Engine:
     def build_seconds(self) -> float:
         return float(self._model.build_seconds)
 
+    @property
+    def device(self) -> str:
+        return self._device
+
     def build_info(self) -> dict[str, Any]:
-        return build_info(threads=self._threads, test_slowdown_pct=self._test_slowdown_pct)
+        info = build_info(threads=self._threads, test_slowdown_pct=self._test_slowdown_pct)
+        info["device"] = self._device
+        if self._device == "cuda":
+            info["cuda"]["gpu"] = self._model.device_name
+            info["cuda"]["upload_seconds"] = round(float(self._model.upload_seconds), 3)
+        return info
+
+    def _new_core_session(self) -> Any:
+        if self._device == "cuda":
+            return _core.GpuSession(self._model)
+        return _core.Session(self._model)
 
     # -- requests ---------------------------------------------------------------------------
     def _plan(self, **call: Any) -> PrefillPlan:
@@ -181,6 +218,7 @@ def build_info(threads: int | None = None, test_slowdown_pct: float | None = Non
         "simd_path": _core.kernels.simd_path(),
         "flags": ["-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra"],
         "sanitize": bool(_core.sanitize()),
+        "cuda": {"built": bool(_core.cuda_built()), "unavailable_reason": cuda_unavailable_reason()},
         "threads": threads if threads is not None else (os.cpu_count() or 1),
         "eos": EOS,
     }

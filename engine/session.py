@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core
 from .errors import EngineError
 from .options import APPROX_WIDTH, PrefillPlan
 from .results import PrefillResult
@@ -20,7 +19,7 @@ class Session:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._core = _core.Session(engine._model)
+        self._core = engine._new_core_session()
 
     @property
     def pos(self) -> int:

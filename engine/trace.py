@@ -121,6 +121,8 @@ def traced_generate(engine: Any, prompt: Any, *, max_tokens: int, trace: dict[st
                           "snapshot_at": snap_at, "perturb": trace["perturb"]},
               "level": level}
     records: list[dict[str, Any]] = [header]
+    if getattr(engine, "device", "cpu") != "cpu":
+        raise EngineError(f"trace capture runs on the CPU engine only, not on device={engine.device!r}")
     cap = _core.TraceCapture(engine._model)
     if trace["perturb"]:
         p = trace["perturb"]

@@ -2,12 +2,16 @@
 
     python -m dflash_qualify.engine.worker --model ds4-mini [--seed 0] [--threads N]
         [--chunk N] [--bands 0|1] [--mmvq-max-ncols N] [--prefix-cache-slots N]
+        [--device cpu|cuda]
 
 The first stdout line is a ready record; then one response line per request line (schema:
 protocols/worker-protocol.schema.json). stdout carries protocol lines only: file descriptor 1
 is re-pointed at stderr so stray prints (Python or C++) land in the log. Options left out
 come from the environment (DFLASH_DS4_EXACT_PREFILL_BANDS, LUCE_MMVQ_MAX_NCOLS), as in
-the Engine. Exit status: 0 at end of input, 2 for bad arguments or a model that fails to load.
+the Engine. --device is passed to Engine(device=...) only when it is not "cpu", so a CPU
+worker builds its Engine exactly as before the option existed. Exit status: 0 at end of
+input, 2 for bad arguments or an engine that fails to start (a ready line with ready=false
+and the error says why: e.g. no CUDA build or no GPU).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any, TextIO
 
 PROTOCOL_VERSION = 1
@@ -61,6 +66,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="1 = exact prefill bands, 0 = q1; default from the environment")
     p.add_argument("--mmvq-max-ncols", type=int, default=None)
     p.add_argument("--prefix-cache-slots", type=int, default=0)
+    p.add_argument("--device", default="cpu",
+                   help='where the engine runs: "cpu" (default) or "cuda" (the Engine checks)')
     return p.parse_args(argv)
 
 
@@ -212,17 +219,24 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["chunk"] = args.chunk
     if args.mmvq_max_ncols is not None:
         kwargs["mmvq_max_ncols"] = args.mmvq_max_ncols
+    if args.device != "cpu":
+        kwargs["device"] = args.device
+    named = {"device": args.device} if args.device != "cpu" else {}  # in the ready line
     t0 = time.perf_counter()
     try:
         engine = Engine(model=args.model, seed=args.seed, threads=args.threads, **kwargs)
-    except (EngineError, ValueError, TypeError) as exc:
-        _log(f"cannot start the engine: {exc}")
-        _send(out, {"ready": False, "error": {"type": type(exc).__name__, "message": str(exc)}})
+    except Exception as exc:  # EngineError, or e.g. a CUDA runtime error: a ready=false line
+        if not isinstance(exc, (EngineError, ValueError, TypeError)):
+            _log("".join(traceback.format_exception(exc)).rstrip())
+        where = f" on device {args.device}" if named else ""
+        _log(f"cannot start the engine{where}: {type(exc).__name__}: {exc}")
+        _send(out, {"ready": False, **named,
+                    "error": {"type": type(exc).__name__, "message": str(exc) or "(no message)"}})
         return 2
     _log(f"model {args.model} ready in {time.perf_counter() - t0:.2f} s; "
          f"config {engine.config_hash}")
     _send(out, {"ready": True, "protocol_version": PROTOCOL_VERSION, "pid": os.getpid(),
-                "engine": engine.build_info(), "model": engine.config,
+                **named, "engine": engine.build_info(), "model": engine.config,
                 "config_hash": engine.config_hash, "binaries": _binaries()})
     served = serve(engine, sys.stdin, out)
     _log(f"end of input after {served} requests")

@@ -75,15 +75,20 @@ def calibrate(loaded: Any, out_root: str | Path, settings: dict, *, invocation: 
             environment.capture(protocol, invocation=invocation), secrets)
         writer.write_json("environment.json", env_record)
         repeats = protocol["calibration"]["repeats"]
+        gpu_visits: dict[str, list[dict]] = {}   # cuda targets: every repeat's GPU readings
         for r in range(repeats):
             if on_repeat is not None:
                 on_repeat(r, repeats)
             view = _RepeatWriter(writer, r, len(samples))
             runner = Runner(protocol, view, make_target, on_event, secrets)
             samples += [view.tag(s) for s in runner.run()]
+            for arm_id, info in runner.arm_info.items():
+                gpu_visits.setdefault(arm_id, []).extend(
+                    {"repeat": r, **v} for v in info.get("gpu") or [])
+        arm_info = {arm_id: {**info, "gpu": gpu_visits.get(arm_id) or None}
+                    for arm_id, info in (runner.arm_info if runner else {}).items()}
         env_record = environment.redact_strings(
-            environment.finish(env_record, protocol, runner.arm_info if runner else {}),
-            secrets)
+            environment.finish(env_record, protocol, arm_info), secrets)
         writer.write_json("environment.json", env_record)
         writer.write_text("samples.csv", analysis.samples_csv(samples))
         stats = analysis.compute(redacted, samples, _response_reader(writer))

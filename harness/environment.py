@@ -21,12 +21,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import gpu as gpu_mod
+
 REDACTED = "<redacted>"
 # env var name prefixes/names worth recording for a performance run
 RELEVANT_PREFIXES = ("DFLASH_", "LUCE_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_",
                      "GGML_", "LLAMA_", "CUDA_", "HIP_", "MALLOC_", "GLIBC_TUNABLES")
 RELEVANT_NAMES = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONMALLOC", "LD_PRELOAD",
                   "LD_LIBRARY_PATH", "TZ")
+# environment.json history:
+#   1 - first version; `gpu` = [{"name", "driver_version", "clocks.sm", ...}] as nvidia-smi's
+#       strings (with units), or null.
+#   2 - `gpu` is a snapshot {"source", "read_utc", "gpus" (typed, nounits), "reason"} (harness/
+#       gpu.py) or null; arms[id].gpu = per-visit before/after snapshots on cuda targets, else
+#       null. Readers accept both.
+VERSION = 2
 PACKAGES = ("dflash-qualify", "click", "numpy", "pandas", "scipy", "rich", "pybind11",
             "scikit-build-core")
 # a name component that marks a secret (split on non-alphanumerics, upper-cased)
@@ -143,22 +152,18 @@ def cpu_info() -> dict[str, Any]:
             "governor": governor.strip() if governor else None, "load": load}
 
 
-def gpu_info() -> list[dict[str, str]] | None:
-    """GPUs and their current clocks from nvidia-smi, or None where there is none."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+def gpu_info(protocol: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The run's GPU snapshot (harness/gpu.py): read when nvidia-smi is on PATH or the target
+    runs on cuda (then a missing nvidia-smi is recorded with its reason); None otherwise."""
+    if shutil.which(gpu_mod.EXE) is None and target_device(protocol or {}) != "cuda":
         return None
-    fields = ("name", "driver_version", "clocks.sm", "clocks.mem", "temperature.gpu")
-    try:
-        done = subprocess.run([exe, f"--query-gpu={','.join(fields)}",
-                               "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return [dict(zip(fields, (c.strip() for c in line.split(","))))
-            for line in done.stdout.splitlines() if line.strip()]
+    return gpu_mod.read()
+
+
+def target_device(protocol: dict[str, Any]) -> str:
+    """Where the protocol's engine runs: "cpu" (the default) or "cuda" ([target] device)."""
+    target = protocol.get("target") if isinstance(protocol.get("target"), dict) else {}
+    return target.get("device") or "cpu"
 
 
 def memory_info() -> dict[str, Any]:
@@ -204,13 +209,18 @@ def git_info(directory: str | Path) -> dict[str, Any] | None:
 def capture(protocol: dict[str, Any], *, invocation: str) -> dict[str, Any]:
     """The environment record written when a run starts (finish() completes it)."""
     tool_dir = Path(__file__).resolve().parent
+    gpu = gpu_info(protocol)
+    warnings = list(protocol.get("warnings", []))
+    if target_device(protocol) == "cuda" and gpu is not None and gpu["gpus"] is None:
+        warnings.append(f"the target runs on cuda but the GPU (name, driver, clocks, power "
+                        f"limit) is not recorded: {gpu['reason']}")
     return {
-        "schema": "dflash-qualify.environment", "version": 1,
+        "schema": "dflash-qualify.environment", "version": VERSION,
         "invocation": invocation,
         "tool_version": package_versions().get("dflash-qualify"),
         "started_utc": _utc_now(), "finished_utc": None,
         "host": socket.gethostname(),
-        "cpu": cpu_info(), "gpu": gpu_info(), "memory": memory_info(),
+        "cpu": cpu_info(), "gpu": gpu, "memory": memory_info(),
         "os": {"system": platform.system(), "release": platform.release(),
                "version": platform.version(), "machine": platform.machine(),
                "platform": platform.platform()},
@@ -222,15 +232,17 @@ def capture(protocol: dict[str, Any], *, invocation: str) -> dict[str, Any]:
         "git": {"cwd": git_info(Path.cwd()), "tool": git_info(tool_dir)},
         "env": relevant_env(),
         "target": dict(protocol.get("target", {})),
-        "warnings": list(protocol.get("warnings", [])),
+        "warnings": warnings,
         "arms": {},
     }
 
 
 def finish(record: dict[str, Any], protocol: dict[str, Any],
            arm_info: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Complete the record after the arms ran: per-arm env, command, engine build; end time."""
+    """Complete the record after the arms ran: per-arm env, command, engine build, GPU state
+    before/after each visit (cuda targets); end time."""
     out = dict(record)
+    cuda = target_device(protocol) == "cuda"
     arms = {}
     builds = []
     for arm in protocol.get("arms", []):
@@ -245,17 +257,36 @@ def finish(record: dict[str, Any], protocol: dict[str, Any],
             "config_hash": info.get("config_hash"),
             "binaries": info.get("binaries"),
             "start_s": info.get("start_s"),
+            "gpu": info.get("gpu") if cuda else None,
         }
         if info.get("url"):  # HTTP targets: the server's base URL for this arm
             arms[arm["id"]]["url"] = info["url"]
         if info.get("engine_build") is not None:
             builds.append(info["engine_build"])
     out["arms"] = arms
+    out["warnings"] = _gpu_warnings(list(record.get("warnings") or []), arms)
     out["engine_build"] = builds[0] if builds else None
     out["engine_build_same_in_all_arms"] = all(b == builds[0] for b in builds) if builds else None
     out["finished_utc"] = _utc_now()
     out["load_at_finish"] = cpu_info()["load"]
     return out
+
+
+def _gpu_warnings(warnings: list[str], arms: dict[str, dict[str, Any]]) -> list[str]:
+    """``warnings`` plus one line per distinct reason a per-arm GPU reading failed or was
+    incomplete (a reason the run's warnings already give is not repeated)."""
+    failed: dict[str, list[str]] = {}
+    for arm_id, arm in arms.items():
+        for visit in arm.get("gpu") or []:
+            for when in ("before", "after"):
+                snap = visit.get(when) if isinstance(visit, dict) else None
+                reason = snap.get("reason") if isinstance(snap, dict) else None
+                if reason and arm_id not in failed.setdefault(reason, []):
+                    failed[reason].append(arm_id)
+    for reason, ids in failed.items():
+        if not any(w.endswith(reason) for w in warnings):
+            warnings.append(f"GPU state around arm(s) {', '.join(ids)} not fully read: {reason}")
+    return warnings
 
 
 def _utc_now() -> str:

@@ -70,6 +70,9 @@ def resolve(doc: dict, *, file: str) -> dict[str, Any]:
     if target["kind"] not in ("embedded", "command"):
         ck.fail("target.kind", '"embedded" or "command" (traces travel through the worker protocol)',
                 target["kind"])
+    if target["kind"] == "embedded" and target["device"] != "cpu":
+        ck.fail("target.device", '"cpu" (the embedded engine captures traces on the CPU only)',
+                target["device"])
     t = ck.sub_table(doc, "trace", "trace")
     ck.table(t, "trace", {"level", "max_tokens", "start_timeout_s", "request_timeout_s"})
     trace = {"level": ck.string(t.get("level", "raw"), "trace.level", choices=LEVELS),

@@ -48,6 +48,7 @@ CACHE_POLICIES = ("cold", "allow")
 ROLES = ("reference", "candidate")
 MODES = ("exact", "approximate")
 DEFAULT_PROTOCOL = "exact-bands-aba"
+DEVICES = ("cpu", "cuda")   # [target] device of embedded/command targets
 CORPUS = "prompts/corpus.txt"  # bundled text that `length = N` prompts are cut from
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
@@ -284,14 +285,19 @@ def _target(ck: _Checker, t: dict) -> dict:
         return _http_target(ck, t, kind)
     if kind == "command":
         # any program that speaks the worker protocol (protocols/worker-protocol.schema.json)
-        ck.table(t, "target", {"kind", "command", "prefix_cache_slots"}, {"command"})
+        # device: where that program runs (it is not told: give it its own flag); on "cuda"
+        # the harness records the GPU's state around each arm
+        ck.table(t, "target", {"kind", "command", "prefix_cache_slots", "device"}, {"command"})
         return {"kind": kind, "command": _argv(ck, t["command"], "target.command"),
-                "model": None, "seed": None, "threads": None, "prefix_cache_slots": 0}
-    ck.table(t, "target", {"kind", "model", "seed", "threads", "prefix_cache_slots"})
+                "model": None, "seed": None, "threads": None, "prefix_cache_slots": 0,
+                "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES)}
+    ck.table(t, "target", {"kind", "model", "seed", "threads", "prefix_cache_slots", "device"})
     out = {"kind": kind,
            "model": ck.string(t.get("model", "ds4-mini"), "target.model"),
            "seed": ck.integer(t.get("seed", 0), "target.seed", lo=0, hi=2**63 - 1),
-           "threads": None, "prefix_cache_slots": 0}
+           "threads": None, "prefix_cache_slots": 0,
+           # the worker's Engine(device=...); "cpu" runs exactly as before the option existed
+           "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES)}
     if "threads" in t:
         out["threads"] = ck.integer(t["threads"], "target.threads", lo=1, hi=1024)
     if "prefix_cache_slots" in t:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import environment, schedule
+from . import environment, gpu, schedule
 from .errors import QualifyError, RunFailed
 from .targets import Request, Response, Target, TargetError, make_target
 
@@ -86,6 +86,8 @@ class Runner:
         self._deadline: dict[str, float] = {}
         self._indices: dict[tuple[str, str], int] = {}
         self._log_names: dict[int, str] = {}   # id(target) -> log file stem
+        # cuda targets: nvidia-smi is read before and after every visit of every arm
+        self._read_gpu = environment.target_device(protocol) == "cuda"
 
     # ------------------------------------------------------------------ public
     def run(self) -> list[dict[str, Any]]:
@@ -133,6 +135,9 @@ class Runner:
         info = target.prepare()
         info["start_s"] = round(time.monotonic() - started, 3)
         self._check_same_model(arm["id"], info)
+        if self._read_gpu:  # after start-up (the engine holds the GPU), before any request
+            visits = self.arm_info.get(arm["id"], {}).get("gpu") or []
+            info["gpu"] = visits + [{"visit": len(visits), "before": gpu.read(), "after": None}]
         self.arm_info[arm["id"]] = info
         return target
 
@@ -146,6 +151,9 @@ class Runner:
                                 f"ran {theirs[:12]}: all arms must run the same model and seed")
 
     def _stop(self, target: Target) -> None:
+        visits = self.arm_info.get(target.arm_id, {}).get("gpu")
+        if visits:  # after the arm's last request, while its engine still holds the GPU
+            visits[-1]["after"] = gpu.read()
         if target in self.live:
             self.live.remove(target)
         self._save_log(target, target.teardown())

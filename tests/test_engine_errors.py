@@ -101,7 +101,7 @@ def test_bad_mode_and_bands(tiny: Engine) -> None:
 
 
 def test_unknown_model_lists_known() -> None:
-    with pytest.raises(EngineError, match=r"unknown model 'ds4-huge': known models are \['ds4-mini', 'ds4-tiny'\]"):
+    with pytest.raises(EngineError, match=r"unknown model 'ds4-huge': known models are \['ds4-gpu', 'ds4-mini', 'ds4-tiny'\]"):
         Engine("ds4-huge")
 
 

@@ -35,6 +35,11 @@ def command(as_json: bool, models: tuple[str, ...]) -> None:
     for key in ("build_type", "simd_path", "sanitize", "threads", "flags"):
         val = info[key]
         build.add_row(key, " ".join(val) if isinstance(val, list) else str(val))
+    cuda = info.get("cuda")
+    if isinstance(cuda, dict):  # the GPU backend (Engine(device="cuda")): built? usable here?
+        why = cuda.get("unavailable_reason")
+        build.add_row("cuda", ("built" if cuda.get("built") else "not built")
+                      + (f"; unavailable here: {why}" if why else "; available"))
     feats = [k for k, v in info.get("cpu_features", {}).items() if v is True]
     build.add_row("cpu_features", " ".join(feats))
     console.print(build)

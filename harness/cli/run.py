@@ -81,8 +81,9 @@ def _invocation(spec: str | None, out: str, warmups: int | None, measured: int |
 def command(protocol: str | None, out: str, warmups: int | None, measured: int | None) -> None:
     """Run PROTOCOL (a file or a bundled name; default exact-bands-aba) and seal evidence.
 
-    Bundled: exact-bands-aba, exact-bands-quick (ds4-tiny), narrow-mmvq-compare,
-    serve-llamacpp-aba and serve-openai-aba (HTTP targets against `serve`);
+    Bundled: exact-bands-aba, exact-bands-quick (ds4-tiny), exact-bands-gpu-aba (ds4-gpu on
+    cuda), narrow-mmvq-compare, serve-llamacpp-aba and serve-openai-aba (HTTP targets against
+    `serve`);
     templates to copy and edit: llama-server-aba, openai-server-aba.
 
     Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
@@ -94,8 +95,9 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     err = Console(stderr=True, soft_wrap=True)
     invocation = _invocation(protocol, out, warmups, measured)
     target = loaded.resolved["target"]
+    where = f" on {target['device']}" if target.get("device", "cpu") != "cpu" else ""
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
-              f"{target['model'] or target['kind'] + ' target'}): evidence under {out}",
+              f"{target['model'] or target['kind'] + ' target'}{where}): evidence under {out}",
               highlight=False)
     with ProgressView(err) as view:
         outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)

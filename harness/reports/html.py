@@ -14,7 +14,8 @@ import html
 import io
 from typing import Any
 
-from .base import ReportInput, fmt_p, fmt_pct, fmt_value
+from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
+                   engine_device, gpu_state_rows, gpu_summary)
 
 PALETTE = {"reference": "#1f77b4", "candidate": "#d62728"}
 ARM_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
@@ -204,17 +205,21 @@ def _environment(env: dict) -> str:
             ("OS", " ".join(str(x) for x in (get("os", "system"), get("os", "release")) if x)),
             ("Python", get("python", "version")), ("dflash-qualify", get("tool_version")),
             ("engine build", " ".join(str(x) for x in (get("engine_build", "build_type"),
-                                                       get("engine_build", "simd_path")) if x)),
+                                                       get("engine_build", "simd_path"),
+                                                       engine_device(env)) if x)),
             ("git (tool)", get("git", "tool", "sha")), ("started", get("started_utc")),
             ("finished", get("finished_utc"))]
-    gpu = get("gpu")
-    if isinstance(gpu, list) and gpu:
-        rows.append(("GPU", ", ".join(str(g.get("name")) for g in gpu if isinstance(g, dict))))
+    rows.append(("GPU", gpu_summary(env)))
     test_only = get("engine_build", "test_only")
     if test_only:
         rows.append(("TEST ONLY", test_only))
-    return _table([[_e(k), f'<span class="mono">{_e(v)}</span>'] for k, v in rows
-                   if v not in (None, "", [])])
+    out = _table([[_e(k), f'<span class="mono">{_e(v)}</span>'] for k, v in rows
+                  if v not in (None, "", [])])
+    gpu_rows = gpu_state_rows(env)
+    if gpu_rows:
+        out += (f"<h3>GPU state per arm</h3><p>{_e(GPU_STATE_NOTE.capitalize())}.</p>"
+                + _table([[_e(c) for c in row] for row in gpu_rows], GPU_STATE_HEAD))
+    return out
 
 
 def _verdict_table(v: dict) -> str:

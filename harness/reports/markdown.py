@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..analysis import describe_mismatch
-from .base import ReportInput, fmt_p, fmt_pct, fmt_value, with_unit
+from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
+                   engine_device, gpu_state_rows, gpu_summary, with_unit)
 from .exactness_md import run_report_lines
 
 
@@ -203,9 +204,13 @@ def _environment_lines(env: dict) -> list[str]:
                         ("dflash-qualify", _first(env, ("tool_version",))),
                         ("engine", " ".join(x for x in (_first(env, ("engine_build", "build_type")),
                                                         _first(env, ("engine_build", "simd_path"),
-                                                               ("engine_build", "simd"))) if x))):
+                                                               ("engine_build", "simd")),
+                                                        engine_device(env)) if x))):
         if text:
             items.append(f"{label} {text}")
+    gpu = gpu_summary(env)
+    if gpu:
+        items.append(f"GPU {gpu}")
     for git in (_get(env, "git", "tool"), _get(env, "git")):
         sha = _text(git.get("sha")) if isinstance(git, dict) else None
         if sha:
@@ -215,6 +220,17 @@ def _environment_lines(env: dict) -> list[str]:
     if started:
         items.append(f"run {started}" + (f" to {finished}" if finished else ""))
     return [f"Environment: {'; '.join(items)}." if items else "Environment: not recorded."]
+
+
+def _gpu_state_lines(env: dict) -> list[str]:
+    """The per-arm GPU readings of a cuda run as a table (nothing for other runs)."""
+    rows = gpu_state_rows(env)
+    if not rows:
+        return []
+    return ([f"GPU state per arm, {GPU_STATE_NOTE}:", "",
+             "| " + " | ".join(GPU_STATE_HEAD) + " |",
+             "|" + " --- |" * len(GPU_STATE_HEAD)]
+            + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows] + [""])
 
 
 def _caveat_lines(protocol: dict, environment: dict) -> list[str]:
@@ -260,6 +276,7 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
     if invocation:
         lines += [f"Reproduce: `{invocation}`", ""]
     lines += _environment_lines(environment if isinstance(environment, dict) else {}) + [""]
+    lines += _gpu_state_lines(environment if isinstance(environment, dict) else {})
     if in_evidence:
         lines.append(f"Evidence manifest SHA-256: {manifest_sha}" if manifest_sha else
                      "Evidence manifest SHA-256: see manifest.json (written when the evidence is sealed)")

@@ -48,6 +48,8 @@ def embedded_argv(target: dict[str, Any], arm: dict[str, Any]) -> list[str]:
             "--prefix-cache-slots", str(target.get("prefix_cache_slots", 0))]
     if target.get("threads") is not None:
         argv += ["--threads", str(target["threads"])]
+    if target.get("device", "cpu") != "cpu":  # a cpu worker's command line is unchanged
+        argv += ["--device", str(target["device"])]
     engine = arm.get("engine", {})
     if "bands" in engine:
         argv += ["--bands", "1" if engine["bands"] else "0"]
@@ -90,7 +92,9 @@ class WorkerTarget(Target):
         ready = self._next_record(self.start_timeout_s, "the ready line")
         if ready.get("ready") is False and isinstance(ready.get("error"), dict):
             err = ready["error"]
-            raise TargetError(f"arm {self.arm_id}: the worker could not start the engine: "
+            device = ready.get("device")
+            where = f" on device {device}" if isinstance(device, str) and device != "cpu" else ""
+            raise TargetError(f"arm {self.arm_id}: the worker could not start the engine{where}: "
                               f"{err.get('type', 'Error')}: {_clip(str(err.get('message')))}")
         if ready.get("ready") is not True:
             raise TargetError(f"arm {self.arm_id}: worker's first line is not a ready record: "

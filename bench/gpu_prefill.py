@@ -1,0 +1,137 @@
+"""GPU prefill benchmark (not a test): q1 vs exact bands q2/q3/q4 on ds4-gpu, device="cuda".
+
+Usage: python bench/gpu_prefill.py [--json FILE] [--markdown FILE] [--repeats N] [--model NAME] [--tokens N]
+
+Per mode: the median prefill tok/s over interleaved repeats (prefill_ns is timed inside the
+engine and ends with a device synchronize), the speedup over q1, the byte ceiling (counted
+weight bytes per token of q1 / of the band), the fraction of that ceiling reached, and the
+effective weight bandwidth (counted bytes / prefill time). Target: q4 >= 90% of its ceiling.
+All modes must produce bitwise-identical logits, route ids and route weights (checked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dflash_qualify.engine import Engine, cuda_unavailable_reason, tokenize
+
+TEXT = ("Exact prefill bands let an engine read each weight block once for several prompt tokens "
+        "while every token is still reduced in exactly the order a one-token step would use. ")
+MODES = (1, 2, 3, 4)
+TARGET_Q4_FRAC = 0.90
+
+
+def prompt_tokens(n: int) -> list[int]:
+    return tokenize(TEXT * (n // len(TEXT) + 2))[:n]
+
+
+def measure(model: str, tokens: int, repeats: int) -> dict:
+    """q1..q4 side by side (interleaved repeats) on one cuda engine; the figures as a dict."""
+    t0 = time.perf_counter()
+    eng = Engine(model, seed=0, device="cuda")
+    init_s = time.perf_counter() - t0
+    toks = prompt_tokens(tokens)
+    n = len(toks)
+    for c in MODES:  # warm-up: first launches, lazy module loading; not recorded
+        eng.prefill(toks, chunk=c, bands=c > 1)
+    ref = None
+    samples: dict[int, list] = {c: [] for c in MODES}
+    for _ in range(repeats):
+        for c in MODES:  # interleaved so drift hits every mode alike
+            res = eng.prefill(toks, chunk=c, bands=c > 1)
+            bits = (res.logits.tobytes(), res.route_ids.tobytes(), res.route_weights.tobytes())
+            if ref is None:
+                ref = bits
+            if bits != ref or not res.exact:
+                raise SystemExit(f"q{c} differs from q1 on the GPU: bands are not exact")
+            samples[c].append(res)
+    q1 = samples[1][0]
+    q1_bpt = q1.weight_bytes / n
+    q1_tok_s = statistics.median(n / (r.prefill_ns * 1e-9) for r in samples[1])
+    rows = {}
+    for c in MODES:
+        tok_s = statistics.median(n / (r.prefill_ns * 1e-9) for r in samples[c])
+        med_ns = statistics.median(r.prefill_ns for r in samples[c])
+        bpt = samples[c][0].weight_bytes / n
+        speedup = tok_s / q1_tok_s
+        ceiling = q1_bpt / bpt
+        rows[f"q{c}"] = {"tok_s": tok_s, "speedup": speedup, "bytes_per_token": bpt, "ceiling": ceiling,
+                         "frac_of_ceiling": speedup / ceiling, "median_ns": med_ns,
+                         "weight_tbs": samples[c][0].weight_bytes / med_ns / 1e3,
+                         "steps": len(samples[c][0].band_widths), "matmul_calls": samples[c][0].matmul_calls,
+                         "tok_s_samples": [n / (r.prefill_ns * 1e-9) for r in samples[c]]}
+    # Where the time goes: each op synchronized and timed (DQ_GPU_OP_TIMING=1, sessions read it
+    # when created); serialized, so the per-op sum exceeds the real step time. Not in the table.
+    os.environ["DQ_GPU_OP_TIMING"] = "1"
+    try:
+        ops = {f"q{c}": {k: v / n / 1e3 for k, v in eng.prefill(toks, chunk=c, bands=c > 1).op_ns.items()}
+               for c in (1, 4)}
+    finally:
+        del os.environ["DQ_GPU_OP_TIMING"]
+    t1 = time.perf_counter()
+    gen = eng.generate(toks, max_tokens=32)
+    gen_s = time.perf_counter() - t1
+    info = eng.build_info()
+    return {"model": model, "tokens": n, "repeats": repeats, "device": "cuda", "gpu": info["cuda"].get("gpu"),
+            "engine_init_s": init_s, "weights_build_s": eng.build_seconds,
+            "upload_s": info["cuda"].get("upload_seconds"), "weight_bytes_total": eng.weight_bytes_total,
+            "modes": rows, "op_us_per_token_serialized": ops, "q1_weight_tbs": rows["q1"]["weight_tbs"], "bitwise_q1_q2_q3_q4": True,
+            "decode": {"tokens": len(gen.tokens), "decode_ns": gen.timings["decode_ns"],
+                       "tok_s": len(gen.tokens) / max(gen.timings["decode_ns"] * 1e-9, 1e-12), "wall_s": gen_s},
+            "targets": {"q4_frac_of_ceiling_min": TARGET_Q4_FRAC},
+            "q4_meets_target": rows["q4"]["frac_of_ceiling"] >= TARGET_Q4_FRAC}
+
+
+def markdown(r: dict) -> str:
+    lines = [f"## GPU prefill: {r['model']} on {r['gpu']}, {r['tokens']}-token prompt, {r['repeats']} repeats",
+             "",
+             f"Weights {r['weight_bytes_total'] / 2**30:.2f} GiB Q8_0 (built in {r['weights_build_s']:.1f} s, "
+             f"uploaded in {r['upload_s']:.1f} s). q1 = q2 = q3 = q4 bitwise (logits, route ids, route weights).",
+             "",
+             "| mode | tok/s | speedup | MB/token | ceiling | of ceiling | weight TB/s |",
+             "|---|---|---|---|---|---|---|"]
+    for name, m in r["modes"].items():
+        lines.append(f"| {name} | {m['tok_s']:.1f} | {m['speedup']:.2f}x | {m['bytes_per_token'] / 1e6:.1f} | "
+                     f"{m['ceiling']:.2f}x | {m['frac_of_ceiling'] * 100:.1f}% | {m['weight_tbs']:.2f} |")
+    q4 = r["modes"]["q4"]
+    lines += ["", f"q4: {q4['speedup']:.2f}x of a {q4['ceiling']:.2f}x ceiling = {q4['frac_of_ceiling'] * 100:.1f}% "
+              f"(target >= {TARGET_Q4_FRAC * 100:.0f}%: {'met' if r['q4_meets_target'] else 'NOT met'}). "
+              f"q1 effective weight bandwidth {r['q1_weight_tbs']:.2f} TB/s.",
+              f"Greedy decode: {r['decode']['tokens']} tokens at {r['decode']['tok_s']:.1f} tok/s.", "",
+              "Op time per token, each op synchronized (DQ_GPU_OP_TIMING=1; serialized, so the sum "
+              "exceeds the step time), us: "]
+    for name, ops in r["op_us_per_token_serialized"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the results as JSON to this file")
+    ap.add_argument("--markdown", help="write the markdown table to this file")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default="ds4-gpu")
+    ap.add_argument("--tokens", type=int, default=512)
+    args = ap.parse_args(argv)
+    why = cuda_unavailable_reason()
+    if why:
+        print(f"gpu_prefill: no CUDA GPU: {why}", file=sys.stderr)
+        return 2
+    r = measure(args.model, args.tokens, args.repeats)
+    text = markdown(r)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=2, default=float) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+// Per-token CUDA ops of the DS4-mini forward; one block per token or (token, head), fixed
+// block sizes, fixed reduction trees (see gpu_ops.cuh). Compiled with --fmad=false.
+#include "gpu_ops.cuh"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace dq { namespace gpu {
+
+namespace {
+
+constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
+constexpr int kDotBlock = 256;   // threads per (token, row) dot product
+constexpr int kHeadBlock = 256;  // threads per (token, head) attention block
+constexpr int kPoolBlock = 128;
+constexpr int kAttnGroups = 4;    // key groups of the attention output (kHeadBlock / 4 threads each)  // threads of the compressor pool (one per channel)
+constexpr int kMaxHc = 16;
+
+void check_launch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA launch failed (") + what + "): " + cudaGetErrorString(e));
+}
+
+// Xor butterfly: every lane ends with the same bits (each step adds a + b on both partners).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Sum over the block (fixed tree: per-warp butterfly, then a butterfly over the warp partials);
+// every thread gets the total. sh: [32] shared.
+__device__ float block_sum(float v, float* sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // sh may still be read by a previous call
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_sum(lane < nw ? sh[lane] : 0.0f);
+}
+__device__ float block_max(float v, float* sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+// y = x / rms(x) * gain over the block (x and y may alias; gain may be null).
+__device__ void block_rms_norm(const float* x, const float* gain, float* y, int n, float eps, float* sh) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i] * x[i];
+    const float ms = block_sum(s, sh) / float(n);
+    const float inv = 1.0f / sqrtf(ms + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = gain ? x[i] * inv * gain[i] : x[i] * inv;
+}
+
+// Quantizes row x [n] (n % 32 == 0) to Q8_0 activations, one warp per 32-value block: the
+// semantics of quantize_row_q8_0_ref / dq::cuda::quantize_q8 (d = amax / 127, q = round(x / d)
+// clamped to +-127, the scale stored fp16-rounded as a float). Call after a barrier that
+// publishes x; every thread of the block must call it.
+__device__ void block_quantize_row(const float* x, int n, int8_t* qs, float* d) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int b = wid; b < n / 32; b += nw) {
+        const float v = x[b * 32 + lane];
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = __fdiv_rn(amax, 127.0f);
+        float q = dd != 0.0f ? roundf(__fdiv_rn(v, dd)) : 0.0f;
+        q = fminf(127.0f, fmaxf(-127.0f, q));
+        qs[b * 32 + lane] = static_cast<int8_t>(static_cast<int>(q));
+        if (lane == 0) d[b] = __half2float(__float2half_rn(dd));
+    }
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Neox RoPE on the last rope_dim dims of one head row (thread per pair).
+__device__ void block_rope(float* head, int head_dim, int rope_dim, const float* c, const float* sn) {
+    const int half = rope_dim / 2;
+    float* r = head + (head_dim - rope_dim);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float a = r[i], b = r[i + half];
+        r[i] = a * c[i] - b * sn[i];
+        r[i + half] = a * sn[i] + b * c[i];
+    }
+}
+
+__global__ void k_embed(const int32_t* tokens, const float* embed, float* X, int hc, int d) {
+    const int j = blockIdx.x;
+    const float* e = embed + size_t(tokens[j]) * d;
+    float* x = X + size_t(j) * hc * d;
+    for (int i = 0; i < hc; ++i)
+        for (int k = threadIdx.x; k < d; k += blockDim.x) x[size_t(i) * d + k] = e[k];
+}
+
+// mean[j] = rms_norm(mean over streams of X[j]) (no gain).
+__global__ void k_hc_mean(const float* Xall, float* mean_all, int hc, int d, float eps) {
+    __shared__ float sh[32];
+    const int j = blockIdx.x;
+    const float* X = Xall + size_t(j) * hc * d;
+    float* mean = mean_all + size_t(j) * d;
+    const float inv_hc = 1.0f / float(hc);
+#pragma unroll 4
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += X[size_t(i) * d + k];
+        mean[k] = s * inv_hc;
+    }
+    block_rms_norm(mean, nullptr, mean, d, eps, sh);
+}
+
+// y[j, r] = W[r] . x[j] for r < rows (one block per (row, token); fixed per-thread strides,
+// then the block tree). W [rows, d] row-major, x [w, d], y [w, rows].
+__global__ void k_rowdot(const float* W, const float* x_all, float* y_all, int rows, int d) {
+    __shared__ float sh[32];
+    const int r = blockIdx.x, j = blockIdx.y;
+    const float* wr = W + size_t(r) * d;
+    const float* x = x_all + size_t(j) * d;
+    float s = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += wr[i] * x[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) y_all[size_t(j) * rows + r] = s;
+}
+
+// hc_mix + sublayer norm for token j: dyn [rows] -> pre/post/M (Sinkhorn), x_in, xn.
+__global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const float* dyn_all, float* xin_all,
+                         float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
+                         float eps, int8_t* xq_all, float* xd_all) {
+    __shared__ float sh[32];
+    __shared__ float pre[kMaxHc];
+    const int j = blockIdx.x;
+    const int rows = 2 * hc + hc * hc;
+    const float* X = Xall + size_t(j) * hc * d;
+    const float* dyn = dyn_all + size_t(j) * rows;
+    float* xin = xin_all + size_t(j) * d;
+    __shared__ float M[kMaxHc * kMaxHc];
+    if (threadIdx.x == 0) {  // hc_mix's small serial part, in the CPU's order (in shared memory)
+        float* post = post_all + size_t(j) * hc;
+        for (int i = 0; i < hc; ++i) {
+            pre[i] = sigmoidf_(p.static_pre[i] + p.dyn_scale * dyn[i]);
+            post[i] = 2.0f * sigmoidf_(p.static_post[i] + p.dyn_scale * dyn[hc + i]);
+        }
+        float m = -INFINITY;
+        for (int k = 0; k < hc * hc; ++k) {
+            M[k] = p.static_res[k] + p.dyn_scale * dyn[2 * hc + k];
+            m = fmaxf(m, M[k]);
+        }
+        for (int k = 0; k < hc * hc; ++k) M[k] = expf(M[k] - m);
+        for (int it = 0; it < sinkhorn_iters; ++it) {
+            for (int i = 0; i < hc; ++i) {
+                float s = 0.0f;
+                for (int c = 0; c < hc; ++c) s += M[i * hc + c];
+                for (int c = 0; c < hc; ++c) M[i * hc + c] /= s;
+            }
+            for (int c = 0; c < hc; ++c) {
+                float s = 0.0f;
+                for (int i = 0; i < hc; ++i) s += M[i * hc + c];
+                for (int i = 0; i < hc; ++i) M[i * hc + c] /= s;
+            }
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < hc * hc; k += blockDim.x) M_all[size_t(j) * hc * hc + k] = M[k];
+#pragma unroll 4
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; ++i) s += pre[i] * X[size_t(i) * d + k];
+        xin[k] = s;
+    }
+    block_rms_norm(xin, norm, xn_all + size_t(j) * d, d, eps, sh);
+    __syncthreads();
+    block_quantize_row(xn_all + size_t(j) * d, d, xq_all + size_t(j) * d, xd_all + size_t(j) * (d / 32));
+}
+
+__global__ void k_qk_rope(QkRopeArgs a) {
+    __shared__ float sh[32];
+    const int j = blockIdx.y, h = blockIdx.x;
+    const bool kv = h == a.n_heads;
+    float* row = a.proj + size_t(j) * a.proj_rows + (kv ? a.q_dim : size_t(h) * a.head_dim);
+    block_rms_norm(row, kv ? a.kv_norm : a.q_norm, row, a.head_dim, a.eps, sh);
+    __syncthreads();
+    const size_t half = size_t(a.rope_dim / 2);
+    const int pos = a.pos0 + j;
+    block_rope(row, a.head_dim, a.rope_dim, a.rope_cos + size_t(pos) * half, a.rope_sin + size_t(pos) * half);
+    if (kv) {
+        __syncthreads();
+        float* dst = a.window + size_t(pos % a.window_cap) * a.head_dim;
+        for (int k = threadIdx.x; k < a.head_dim; k += blockDim.x) dst[k] = row[k];
+    }
+}
+
+__global__ void k_attend(AttendArgs a) {
+    extern __shared__ float qsh[];  // [head_dim] the query head
+    __shared__ float sh[32];
+    const int item = blockIdx.x;
+    const int j = a.j0 + item / a.n_heads, h = item % a.n_heads;
+    const int pos = a.pos0 + j, hd = a.head_dim;
+    const float* p = a.proj + size_t(j) * a.proj_rows;
+    if (a.ratio > 0 && h == 0) {  // compressor rows of this token (read only by the later pool)
+        const size_t slot = size_t(pos % a.comp_rows) * hd;
+        for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+            a.comp_kv[slot + k] = p[a.q_dim + hd + k];
+            a.comp_score[slot + k] = p[a.q_dim + 2 * hd + k];
+        }
+    }
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) qsh[k] = p[size_t(h) * hd + k];
+    __syncthreads();
+    const int lo = max(0, pos - a.n_swa + 1);
+    const int nwin = pos - lo + 1, nc = a.n_compressed, n = nc + nwin;
+    const float scale = 1.0f / sqrtf(float(hd));
+    float* s = a.scores + size_t(item) * a.score_stride;
+    // One thread per key row: the dot runs over channels in order.
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float* key = i < nc ? a.compressed + size_t(i) * hd
+                                  : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int k = 0; k < hd; ++k) acc += qsh[k] * key[k];
+        s[i] = acc * scale;
+    }
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, s[i]);
+    m = block_max(m, sh);
+    float part = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(s[i] - m);
+        s[i] = e;
+        part += e;
+    }
+    const float inv = 1.0f / block_sum(part, sh);  // block_sum's barriers publish s[]
+    // Output: kAttnGroups thread groups, group g sums keys [g*chunk, (g+1)*chunk) in order per
+    // channel; the group partials are then added in group order (a fixed tree for any step).
+    float* part_out = s + n;  // [kAttnGroups, hd] after the scores (score_stride has room)
+    const int chunk = (n + kAttnGroups - 1) / kAttnGroups;
+    const int per_group = blockDim.x / kAttnGroups;
+    const int g = threadIdx.x / per_group;
+    for (int k = threadIdx.x % per_group; k < hd; k += per_group) {
+        const int i0 = g * chunk, i1 = min(n, i0 + chunk);
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int i = i0; i < i1; ++i) {
+            const float* v = i < nc ? a.compressed + size_t(i) * hd
+                                    : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+            acc += (s[i] * inv) * v[k];
+        }
+        part_out[size_t(g) * hd + k] = acc;
+    }
+    __syncthreads();
+    float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+        float acc = part_out[k];
+        for (int gg = 1; gg < kAttnGroups; ++gg) acc += part_out[size_t(gg) * hd + k];
+        out[k] = acc;
+    }
+    __syncthreads();  // this head's slice of the row is whole Q8_0 blocks (head_dim % 32 == 0)
+    const size_t off = size_t(j) * a.q_dim + size_t(h) * hd;
+    block_quantize_row(out, hd, a.out_q + off, a.out_d + off / 32);
+}
+
+__global__ void k_pool(PoolArgs a) {
+    __shared__ float sh[32];
+    const int r = a.ratio, hd = a.head_dim;
+    const int rows = r == 4 ? 2 * r : r;
+    const bool overlap = rows > r;
+    const int block_start = a.pos + 1 - r;
+    const int win_start = overlap ? block_start - r : block_start;
+    const int first = max(0, win_start);
+    const int n = a.pos - first + 1;
+    float* outp = a.compressed + size_t(a.n_compressed) * hd;
+    for (int k = threadIdx.x; k < hd; k += blockDim.x) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; ++i) {
+            const int p = first + i;
+            mx = fmaxf(mx, a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k]);
+        }
+        float sum = 0.0f, acc = 0.0f;
+#pragma unroll 4
+        for (int i = 0; i < n; ++i) {
+            const int p = first + i;
+            const float l = a.comp_score[size_t(p % rows) * hd + k] + a.comp_ape[size_t(p - win_start) * hd + k];
+            const float e = expf(l - mx);
+            sum += e;
+            acc += e * a.comp_kv[size_t(p % rows) * hd + k];
+        }
+        outp[k] = acc / sum;
+    }
+    __syncthreads();
+    block_rms_norm(outp, a.comp_norm, outp, hd, a.eps, sh);
+    __syncthreads();
+    const size_t half = size_t(a.rope_dim / 2);
+    block_rope(outp, hd, a.rope_dim, a.rope_cos + size_t(block_start) * half, a.rope_sin + size_t(block_start) * half);
+}
+
+__global__ void k_hc_post(float* Xall, const float* o_all, const float* post_all, const float* M_all, int hc, int d) {
+    const int j = blockIdx.x;
+    float* X = Xall + size_t(j) * hc * d;
+    const float* o = o_all + size_t(j) * d;
+    const float* post = post_all + size_t(j) * hc;
+    const float* M = M_all + size_t(j) * hc * hc;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float x[kMaxHc];
+        for (int i = 0; i < hc; ++i) x[i] = X[size_t(i) * d + k];
+        for (int i = 0; i < hc; ++i) {
+            float acc = 0.0f;
+            for (int c = 0; c < hc; ++c) acc += M[i * hc + c] * x[c];
+            acc += post[i] * o[k];
+            X[size_t(i) * d + k] = acc;
+        }
+    }
+}
+
+__device__ float sqrt_softplus_dev(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
+
+__global__ void k_router(RouterArgs a, const float* logits_all) {
+    extern __shared__ float sm[];  // score [E], sel [E]
+    float* score = sm;
+    float* sel = sm + a.n_experts;
+    const int j = blockIdx.x;
+    if (threadIdx.x != 0) return;
+    const float* logits = logits_all + size_t(j) * a.n_experts;
+    for (int e = 0; e < a.n_experts; ++e) score[e] = logits[e];
+    const int E = a.n_experts, K = a.top_k;
+    for (int e = 0; e < E; ++e) {
+        score[e] = sqrt_softplus_dev(score[e]);
+        sel[e] = score[e] + a.router_bias[e];
+    }
+    int32_t* ids = a.ids + size_t(j) * K;
+    float* wts = a.wts + size_t(j) * K;
+    if (a.hash) {
+        const int tok = a.tokens[j];
+        for (int k = 0; k < K; ++k) ids[k] = a.tid2eid[size_t(tok) * K + k];
+    } else {
+        for (int k = 0; k < K; ++k) {  // repeated argmax; lowest index wins ties
+            int best = -1;
+            for (int e = 0; e < E; ++e) {
+                if (sel[e] == -INFINITY) continue;
+                if (best < 0 || sel[e] > sel[best]) best = e;
+            }
+            ids[k] = best;
+            sel[best] = -INFINITY;
+        }
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[ids[k]];
+    for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * a.routed_scale;
+    if (a.rid) {
+        for (int k = 0; k < K; ++k) {
+            a.rid[a.route_off + size_t(j) * K + k] = ids[k];
+            a.rw[a.route_off + size_t(j) * K + k] = wts[k];
+        }
+    }
+}
+
+__global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int d, int8_t* xg, float* xgd) {
+    const int r = blockIdx.x;
+    const int t = tok_of_row[r];
+    const int* src = reinterpret_cast<const int*>(xq + size_t(t) * d);
+    int* dst = reinterpret_cast<int*>(xg + size_t(r) * d);
+    for (int i = threadIdx.x; i < d / 4; i += blockDim.x) dst[i] = src[i];
+    const int nb = d / 32;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) xgd[size_t(r) * nb + i] = xd[size_t(t) * nb + i];
+}
+
+__global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* hq, float* hd) {
+    const int r = blockIdx.x;
+    const float* g = gu + size_t(r) * 2 * f;
+    const float* u = g + f;
+    float* hr = h + size_t(r) * f;
+    for (int i = threadIdx.x; i < f; i += blockDim.x) {
+        const float gi = fminf(g[i], limit);
+        const float ui = fminf(fmaxf(u[i], -limit), limit);
+        hr[i] = gi / (1.0f + expf(-gi)) * ui;
+    }
+    __syncthreads();
+    block_quantize_row(hr, f, hq + size_t(r) * f, hd + size_t(r) * (f / 32));
+}
+
+// o = y[t] + sum over k in order of wts[t, k] * y[rowmap[t, k]] (per channel), then hc_post
+// with that o: X[t, i] <- sum_c M[i, c] X[t, c] + post[i] * o.
+__global__ void k_combine_post(const float* y, const int32_t* rowmap, const float* wts, float* Xall,
+                               const float* post_all, const float* M_all, int hc, int K, int d) {
+    const int t = blockIdx.x;
+    const float* ys = y + size_t(t) * d;
+    float* X = Xall + size_t(t) * hc * d;
+    const float* post = post_all + size_t(t) * hc;
+    const float* M = M_all + size_t(t) * hc * hc;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float o = ys[k];
+        for (int s = 0; s < K; ++s) o += wts[t * K + s] * y[size_t(rowmap[t * K + s]) * d + k];
+        float x[kMaxHc];
+        for (int i = 0; i < hc; ++i) x[i] = X[size_t(i) * d + k];
+        for (int i = 0; i < hc; ++i) {
+            float acc = 0.0f;
+            for (int c = 0; c < hc; ++c) acc += M[i * hc + c] * x[c];
+            acc += post[i] * o;
+            X[size_t(i) * d + k] = acc;
+        }
+    }
+}
+
+__global__ void k_final(const float* Xall, const float* hc_final, const float* final_norm, float* xin_all, int hc,
+                        int d, float eps, int8_t* xq_all, float* xd_all) {
+    __shared__ float sh[32];
+    const int j = blockIdx.x;
+    const float* X = Xall + size_t(j) * hc * d;
+    float* hrow = xin_all + size_t(j) * d;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < hc; ++i) acc += hc_final[i] * X[size_t(i) * d + k];
+        hrow[k] = acc;
+    }
+    block_rms_norm(hrow, final_norm, hrow, d, eps, sh);
+    __syncthreads();
+    block_quantize_row(hrow, d, xq_all + size_t(j) * d, xd_all + size_t(j) * (d / 32));
+}
+
+}  // namespace
+
+void launch_embed(const int32_t* tokens, const float* embed, float* X, int w, int hc, int d, cudaStream_t s) {
+    k_embed<<<w, kTokBlock, 0, s>>>(tokens, embed, X, hc, d);
+    check_launch("embed");
+}
+
+void launch_hc_pre(const DevHC& p, const float* norm, const float* X, float* mean, float* dyn, float* xin,
+                   float* xn, float* post, float* M, int8_t* xq, float* xd, int w, int hc, int d,
+                   int sinkhorn_iters, float eps, cudaStream_t s) {
+    if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
+    const int rows = 2 * hc + hc * hc;
+    k_hc_mean<<<w, kTokBlock, 0, s>>>(X, mean, hc, d, eps);
+    check_launch("hc_mean");
+    k_rowdot<<<dim3(rows, w), kDotBlock, 0, s>>>(p.w_dyn, mean, dyn, rows, d);
+    check_launch("hc_dyn");
+    k_hc_mix<<<w, kTokBlock, 0, s>>>(p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps, xq, xd);
+    check_launch("hc_mix");
+}
+
+void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
+    k_qk_rope<<<dim3(a.n_heads + 1, w), kHeadBlock, 0, s>>>(a);
+    check_launch("qk_rope");
+}
+
+void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s) {
+    k_attend<<<ntok * a.n_heads, kHeadBlock, sizeof(float) * size_t(a.head_dim), s>>>(a);
+    check_launch("attend");
+}
+
+void launch_pool(const PoolArgs& a, cudaStream_t s) {
+    k_pool<<<1, kPoolBlock, 0, s>>>(a);
+    check_launch("pool");
+}
+
+void launch_hc_post(float* X, const float* o, const float* post, const float* M, int w, int hc, int d,
+                    cudaStream_t s) {
+    k_hc_post<<<w, kTokBlock, 0, s>>>(X, o, post, M, hc, d);
+    check_launch("hc_post");
+}
+
+void launch_router(const RouterArgs& a, float* logits, int w, cudaStream_t s) {
+    k_rowdot<<<dim3(a.n_experts, w), kDotBlock, 0, s>>>(a.router, a.xn, logits, a.n_experts, a.d);
+    check_launch("router_logits");
+    k_router<<<w, 32, sizeof(float) * 2 * size_t(a.n_experts), s>>>(a, logits);
+    check_launch("router");
+}
+
+void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
+                   float* xgd, cudaStream_t s) {
+    k_gather<<<rows, kTokBlock, 0, s>>>(xq, xd, tok_of_row, d, xg, xgd);
+    check_launch("gather");
+}
+
+void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
+                   cudaStream_t s) {
+    k_swiglu<<<rows, kTokBlock, 0, s>>>(gu, h, f, limit, hq, hqd);
+    check_launch("swiglu");
+}
+
+void launch_combine_post(const float* y, const int32_t* rowmap, const float* wts, float* X, const float* post,
+                         const float* M, int w, int hc, int top_k, int d, cudaStream_t s) {
+    k_combine_post<<<w, kTokBlock, 0, s>>>(y, rowmap, wts, X, post, M, hc, top_k, d);
+    check_launch("combine_post");
+}
+
+void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int8_t* xq, float* xd,
+                  int w, int hc, int d, float eps, cudaStream_t s) {
+    k_final<<<w, kTokBlock, 0, s>>>(X, hc_final, final_norm, xin, hc, d, eps, xq, xd);
+    check_launch("final");
+}
+
+}}  // namespace dq::gpu

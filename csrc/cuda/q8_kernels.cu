@@ -1,0 +1,600 @@
+// CUDA Q8_0 kernels: quantize_q8 (bitwise equal to quantize_row_q8_0_ref), narrow MMVQ in the GPU
+// canonical order (q8_kernels.cuh), and an int8 tensor-core MMQ.
+//
+// Shapes: W is (rows, cols) row-major int8 with fp16 scales per 32-wide block along cols;
+//         X is (ncols, cols) int8 with float scales per block; Y is (ncols, rows) float32.
+// All float arithmetic that decides result bits is written with explicit _rn intrinsics, so
+// fp-contraction settings cannot change it.
+#include "q8_kernels.cuh"
+
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace dq { namespace cuda {
+
+namespace {
+
+constexpr int kQK = 32;  // values per Q8_0 block
+
+void check_launch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        throw std::runtime_error(std::string("dq::cuda::") + what + ": " + cudaGetErrorString(e));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loads. Weights stream once: read-only path, no L1 allocation (keeps L1 for the activations,
+// which every warp of an SM re-reads). Activations: read-only path, L1-cached.
+__device__ __forceinline__ int4 ld_stream_v4(const int8_t* p) {
+    int4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ld_stream_v2(const int8_t* p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned short ld_stream_u16(const uint16_t* p) {
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+// Asynchronous global -> shared copies (cp.async): in flight without holding registers.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+    return __half2float(__ushort_as_half(h));  // exact widening
+}
+
+// Exact int32 -> fp32 for |v| < 2^22 (an integer add and a float subtract instead of I2F, whose
+// throughput is a quarter of the FMA pipe's): 0x4B400000 is 1.5 * 2^23, where one ulp is 1.
+__device__ __forceinline__ float small_int_to_float(int v) {
+    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// quantize_q8: one warp per 32-value block, lane i owns value i. Mirrors quantize_row_q8_0_ref:
+// amax = fmax over |x| starting at 0 (NaN-ignoring, exact and order-free), d = amax / 127 (IEEE
+// division), stored d = fp16(d) widened back, q = round-half-away(x / d) with the unrounded d,
+// clamped to [-127, 127]; an all-zero block stores d = 0 and q = 0.
+
+// fp32_to_fp16 of q8_0.cpp, bit for bit (the fp32 adder does the rounding).
+__device__ __forceinline__ unsigned short fp32_to_fp16_bits(float f) {
+    const float scale_to_inf = 0x1.0p+112f;
+    const float scale_to_zero = 0x1.0p-110f;
+    float base = __fmul_rn(__fmul_rn(fabsf(f), scale_to_inf), scale_to_zero);
+    const uint32_t w = __float_as_uint(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = __fadd_rn(__uint_as_float((bias >> 1) + 0x07800000u), base);
+    const uint32_t bits = __float_as_uint(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (unsigned short)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
+                                   float* __restrict__ d, long long nblocks_total) {
+    const long long blk = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= nblocks_total) return;  // whole warps exit together
+    const int lane = threadIdx.x & 31;
+    const float v = x[blk * kQK + lane];
+    float amax = fmaxf(0.0f, fabsf(v));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    float q = dd != 0.0f ? roundf(__fdiv_rn(v, dd)) : 0.0f;
+    q = fminf(127.0f, fmaxf(-127.0f, q));
+    qs[blk * kQK + lane] = (int8_t)(int)q;
+    if (lane == 0) d[blk] = half_bits_to_float(fp32_to_fp16_bits(dd));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Narrow MMVQ. A row group of P warps (32 P lanes) owns R consecutive rows and splits K between
+// its lanes: per (512 P)-byte chunk of K, lane t loads 16 bytes of each row (coalesced) and the
+// matching 16 bytes of each activation column (once, shared by the R rows). U chunks are loaded
+// before the first is used (U * R 16-byte weight loads in flight per lane). Per lane and (row,
+// column) the float sequence is the canonical one in the header: one fmul and one fma per chunk,
+// chunks in K order; then the fixed butterfly in each warp and the fixed pairwise tree across
+// the group's P warps, whatever R, U, NC or the block size are. P is part of the order: it is a
+// function of cols only (mmvq_warps_per_row).
+constexpr int kMmvqMaxWarps = 8;  // warps per CTA at most
+
+template <int NC, int R>
+__device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned short (&wd)[R],
+                                           const int8_t* __restrict__ xq,
+                                           const float* __restrict__ xd, size_t xoff, int xboff,
+                                           int cols, int nb, float (&acc)[R][NC]) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        const int4 xv = __ldg(reinterpret_cast<const int4*>(xq + size_t(c) * cols + xoff));
+        const float xs = __ldg(xd + size_t(c) * nb + xboff);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            int isum = __dp4a(wv[r].x, xv.x, 0);
+            isum = __dp4a(wv[r].y, xv.y, isum);
+            isum = __dp4a(wv[r].z, xv.z, isum);
+            isum = __dp4a(wv[r].w, xv.w, isum);
+            const float sc = __fmul_rn(half_bits_to_float(wd[r]), xs);
+            acc[r][c] = __fmaf_rn(sc, small_int_to_float(isum), acc[r][c]);
+        }
+    }
+}
+
+// Pairwise tree over n consecutive values at stride `stride`: (p0 + p1) + (p2 + p3) for n = 4.
+template <int N>
+__device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
+    if constexpr (N == 1) {
+        return p[0];
+    } else {
+        return __fadd_rn(pairwise_sum<N / 2>(p, stride), pairwise_sum<N / 2>(p + (N / 2) * stride, stride));
+    }
+}
+
+// MODE 0: load U chunks, then use them. MODE 1: software-pipelined (the next U chunks are loaded
+// into registers before the current ones are used). MODE 2: each thread streams its own 16-byte
+// slices through a U-stage cp.async ring in shared memory (no barriers: a thread reads back only
+// what it copied), so U - 1 chunks per row are in flight without holding registers.
+template <int NC, int R, int U, int P, int MODE>
+__device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
+                                          const uint16_t* __restrict__ wdp,
+                                          const int8_t* __restrict__ xq,
+                                          const float* __restrict__ xd, float* __restrict__ y,
+                                          int rows, int cols) {
+    constexpr int kLanes = 32 * P;
+    constexpr int kChunkBytes = 16 * kLanes;
+    constexpr int kChunkBlocks = kChunkBytes / kQK;
+    __shared__ float part[kMmvqMaxWarps][R][NC];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int grp = threadIdx.x / kLanes;               // row group within the CTA
+    const int t = threadIdx.x % kLanes;                 // lane within the row group
+    const long long row0 = ((long long)blockIdx.x * (blockDim.x / kLanes) + grp) * R;
+    const bool active = row0 < rows;                    // idle groups still reach the barrier
+    const int nb = cols / kQK;
+    const int nfull = active ? nb / kChunkBlocks : 0;   // chunks whose blocks all exist
+    const int nchunks = active ? (nb + kChunkBlocks - 1) / kChunkBlocks : 0;
+    const int lb = t >> 1;                              // this lane's block within a chunk
+    const int lo = t * 16;                              // this lane's byte offset within a chunk
+
+    const int8_t* wrow[R];
+    const uint16_t* drow[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        long long row = row0 + r < rows ? row0 + r : rows - 1;  // tail rows: load, don't store
+        wrow[r] = wq + size_t(row) * cols + lo;
+        drow[r] = wdp + size_t(row) * nb + lb;
+    }
+    float acc[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+
+    int ch = 0;
+    auto load = [&](int4 (&wv)[U][R], unsigned short (&wd)[U][R], int c0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                wv[u][r] = ld_stream_v4(wrow[r] + size_t(c0 + u) * kChunkBytes);
+                wd[u][r] = ld_stream_u16(drow[r] + (c0 + u) * kChunkBlocks);
+            }
+    };
+    auto use = [&](const int4 (&wv)[U][R], const unsigned short (&wd)[U][R], int c0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(c0 + u) * kChunkBytes + lo,
+                              (c0 + u) * kChunkBlocks + lb, cols, nb, acc);
+    };
+    if constexpr (MODE == 2) {
+        extern __shared__ __align__(16) unsigned char stage_smem[];
+        const int nthr = blockDim.x, tid = threadIdx.x;
+        int4* sw = reinterpret_cast<int4*>(stage_smem);                          // [U][R][nthr]
+        uint32_t* sd = reinterpret_cast<uint32_t*>(stage_smem + size_t(U) * R * nthr * 16);
+        auto issue = [&](int stage, int c) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                cp_async16(sw + (size_t(stage) * R + r) * nthr + tid, wrow[r] + size_t(c) * kChunkBytes);
+                // The 4-byte word holding this lane's fp16 scale (d is 4-byte aligned).
+                const uintptr_t a = reinterpret_cast<uintptr_t>(drow[r] + c * kChunkBlocks);
+                cp_async4(sd + (size_t(stage) * R + r) * nthr + tid,
+                          reinterpret_cast<const void*>(a & ~uintptr_t(3)));
+            }
+        };
+#pragma unroll
+        for (int st = 0; st < U - 1; ++st) {
+            if (st < nfull) issue(st, st);
+            cp_async_commit();
+        }
+        for (; ch < nfull; ++ch) {
+            if (ch + U - 1 < nfull) issue((ch + U - 1) % U, ch + U - 1);
+            cp_async_commit();
+            cp_async_wait<U - 1>();  // chunk ch's group has landed
+            const int stage = ch % U;
+            int4 wv[R];
+            unsigned short wd[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                wv[r] = sw[(size_t(stage) * R + r) * nthr + tid];
+                const uint32_t v = sd[(size_t(stage) * R + r) * nthr + tid];
+                const bool hi = (reinterpret_cast<uintptr_t>(drow[r] + ch * kChunkBlocks) & 2) != 0;
+                wd[r] = (unsigned short)(hi ? v >> 16 : v & 0xffffu);
+            }
+            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + lb,
+                              cols, nb, acc);
+        }
+    } else if constexpr (MODE == 1) {
+        int4 wv[U][R];
+        unsigned short wd[U][R];
+        if (U <= nfull) load(wv, wd, 0);
+        for (; ch + U <= nfull; ch += U) {
+            int4 nv[U][R];
+            unsigned short nd[U][R];
+            const bool more = ch + 2 * U <= nfull;
+            if (more) load(nv, nd, ch + U);
+            use(wv, wd, ch);
+            if (more) {
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        wv[u][r] = nv[u][r];
+                        wd[u][r] = nd[u][r];
+                    }
+            }
+        }
+    } else {
+        for (; ch + U <= nfull; ch += U) {
+            int4 wv[U][R];
+            unsigned short wd[U][R];
+            load(wv, wd, ch);
+            use(wv, wd, ch);
+        }
+    }
+    for (; ch < nchunks; ++ch) {  // the rest, one chunk at a time, same per-lane order
+        if (ch * kChunkBlocks + lb < nb) {
+            int4 wv[R];
+            unsigned short wd[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                wv[r] = ld_stream_v4(wrow[r] + size_t(ch) * kChunkBytes);
+                wd[r] = ld_stream_u16(drow[r] + ch * kChunkBlocks);
+            }
+            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + lb,
+                              cols, nb, acc);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            float v = acc[r][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            if (lane == 0) part[warp][r][c] = v;
+        }
+    if constexpr (P > 1) __syncthreads();
+    if (t < R * NC) {
+        const int r = t / NC, c = t % NC;
+        if (row0 + r < rows)
+            y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[grp * P][r][c], R * NC);
+    }
+}
+
+template <int NC, int R, int U, int P, int MODE>
+__global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
+                            const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                            float* __restrict__ y, int rows, int cols) {
+    mmvq_body<NC, R, U, P, MODE>(wq, wdp, xq, xd, y, rows, cols);
+}
+
+using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
+                        int);
+
+template <int R, int U, int P, int MODE>
+MmvqFn mmvq_fn(int nc) {
+    switch (nc) {
+        case 1: return mmvq_kernel<1, R, U, P, MODE>;
+        case 2: return mmvq_kernel<2, R, U, P, MODE>;
+        case 3: return mmvq_kernel<3, R, U, P, MODE>;
+        case 4: return mmvq_kernel<4, R, U, P, MODE>;
+        case 5: return mmvq_kernel<5, R, U, P, MODE>;
+        case 6: return mmvq_kernel<6, R, U, P, MODE>;
+        case 7: return mmvq_kernel<7, R, U, P, MODE>;
+        default: return mmvq_kernel<8, R, U, P, MODE>;
+    }
+}
+
+// Instantiated variants (all with P = 4, the canonical warps per row).
+MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
+    if (p != 4) return nullptr;
+#define DQ_MMVQ_CASE(R_, U_, MODE_)                                                     \
+    if (c.rows_per_warp == R_ && c.unroll == U_ && c.mode == MODE_) return mmvq_fn<R_, U_, 4, MODE_>(nc);
+    DQ_MMVQ_CASE(1, 2, 0)
+    DQ_MMVQ_CASE(1, 4, 0)
+    DQ_MMVQ_CASE(2, 2, 0)
+    DQ_MMVQ_CASE(2, 4, 0)
+    DQ_MMVQ_CASE(4, 1, 0)
+    DQ_MMVQ_CASE(4, 2, 0)
+    DQ_MMVQ_CASE(2, 2, 1)
+    DQ_MMVQ_CASE(4, 1, 1)
+    DQ_MMVQ_CASE(1, 4, 2)
+    DQ_MMVQ_CASE(1, 8, 2)
+    DQ_MMVQ_CASE(2, 4, 2)
+    DQ_MMVQ_CASE(4, 3, 2)
+    DQ_MMVQ_CASE(4, 4, 2)
+#undef DQ_MMVQ_CASE
+    return nullptr;
+}
+
+// Ask for the largest L1 (the kernels' shared memory is at most a few KB): every CTA of an SM
+// re-reads the activations from L1. Once per kernel.
+void prefer_l1(const void* fn) {
+    static std::mutex mu;
+    static std::set<const void*> done;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.insert(fn).second) return;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxL1) != cudaSuccess) {
+        cudaGetLastError();  // a hint only; clear the error so the launch check does not see it
+    }
+}
+
+void validate(const Q8Weights& w, const Q8Acts& x, const float* y, int max_ncols) {
+    if (w.qs == nullptr || w.d == nullptr || x.qs == nullptr || x.d == nullptr || y == nullptr)
+        throw std::invalid_argument("dq::cuda: null pointer");
+    if (w.rows <= 0 || w.cols <= 0 || w.cols % kQK != 0)
+        throw std::invalid_argument("dq::cuda: weight shape must be rows > 0, cols > 0, cols % 32 == 0");
+    if (x.cols != w.cols) throw std::invalid_argument("dq::cuda: activation cols != weight cols");
+    if (x.ncols < 1 || (max_ncols > 0 && x.ncols > max_ncols))
+        throw std::invalid_argument("dq::cuda: ncols out of range (" + std::to_string(x.ncols) + ")");
+    if ((reinterpret_cast<uintptr_t>(w.qs) | reinterpret_cast<uintptr_t>(x.qs)) % 16 != 0)
+        throw std::invalid_argument("dq::cuda: qs buffers must be 16-byte aligned");
+}
+
+// ---------------------------------------------------------------------------------------------
+// MMQ: a CTA of kMmqWarps warps computes a 16-row x (8 * NT)-column tile; warp w takes the
+// blocks b = w (mod kMmqWarps) and the warps' partial sums are added in warp order at the end.
+// One k-step = one Q8_0 block = one mma.sync.m16n8k32 (s8 x s8 -> exact s32) per n-tile.
+// The 32 k positions of a block may be permuted freely as long as A and B agree (the block dot
+// is an exact integer sum), so lane (g, t) loads the 8 contiguous bytes [8t, 8t + 8) of row g,
+// row g + 8 and column g and uses them as the fragment's k = 4t..4t+3 and 16+4t..16+4t+3.
+constexpr int kMmqWarps = 4;
+
+template <int NT, int U>
+__global__ void __launch_bounds__(32 * kMmqWarps) mmq_kernel(const int8_t* __restrict__ wq,
+                                                  const uint16_t* __restrict__ wdp,
+                                                  const int8_t* __restrict__ xq,
+                                                  const float* __restrict__ xd,
+                                                  float* __restrict__ y, int rows, int cols,
+                                                  int ncols) {
+    __shared__ float part[kMmqWarps - 1][NT * 4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const long long row0 = (long long)blockIdx.x * 16;
+    const int col0 = blockIdx.y * (8 * NT);
+    const int nb = cols / kQK;
+    const long long ra = row0 + g < rows ? row0 + g : rows - 1;
+    const long long rb = row0 + g + 8 < rows ? row0 + g + 8 : rows - 1;
+    const int8_t* wa = wq + size_t(ra) * cols + 8 * t;
+    const int8_t* wb = wq + size_t(rb) * cols + 8 * t;
+    const uint16_t* da = wdp + size_t(ra) * nb;
+    const uint16_t* db = wdp + size_t(rb) * nb;
+    const int8_t* xc[NT];
+    const float* xdc[NT][2];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int cb = col0 + 8 * j + g;
+        xc[j] = xq + size_t(cb < ncols ? cb : ncols - 1) * cols + 8 * t;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int cc = col0 + 8 * j + 2 * t + e;
+            xdc[j][e] = xd + size_t(cc < ncols ? cc : ncols - 1) * nb;
+        }
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+
+    auto step = [&](const uint2& av, const uint2& bv, unsigned short sa, unsigned short sb, int b) {
+        const float fa = half_bits_to_float(sa), fb = half_bits_to_float(sb);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xc[j] + size_t(b) * kQK));
+            int c0, c1, c2, c3;
+            asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+                "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+                : "=r"(c0), "=r"(c1), "=r"(c2), "=r"(c3)
+                : "r"(av.x), "r"(bv.x), "r"(av.y), "r"(bv.y), "r"(xv.x), "r"(xv.y), "r"(0));
+            const float x0 = __ldg(xdc[j][0] + b), x1 = __ldg(xdc[j][1] + b);
+            acc[j][0] = __fmaf_rn(__fmul_rn(fa, x0), small_int_to_float(c0), acc[j][0]);
+            acc[j][1] = __fmaf_rn(__fmul_rn(fa, x1), small_int_to_float(c1), acc[j][1]);
+            acc[j][2] = __fmaf_rn(__fmul_rn(fb, x0), small_int_to_float(c2), acc[j][2]);
+            acc[j][3] = __fmaf_rn(__fmul_rn(fb, x1), small_int_to_float(c3), acc[j][3]);
+        }
+    };
+    int b = warp;
+    for (; b + kMmqWarps * (U - 1) < nb; b += kMmqWarps * U) {
+        uint2 av[U], bv[U];
+        unsigned short sa[U], sb[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int bu = b + kMmqWarps * u;
+            av[u] = ld_stream_v2(wa + size_t(bu) * kQK);
+            bv[u] = ld_stream_v2(wb + size_t(bu) * kQK);
+            sa[u] = ld_stream_u16(da + bu);
+            sb[u] = ld_stream_u16(db + bu);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) step(av[u], bv[u], sa[u], sb[u], b + kMmqWarps * u);
+    }
+    for (; b < nb; b += kMmqWarps) {
+        const uint2 av = ld_stream_v2(wa + size_t(b) * kQK), bv = ld_stream_v2(wb + size_t(b) * kQK);
+        step(av, bv, ld_stream_u16(da + b), ld_stream_u16(db + b), b);
+    }
+    if (warp > 0) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[warp - 1][j * 4 + i][lane] = acc[j][i];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int w = 0; w < kMmqWarps - 1; ++w)
+                acc[j][i] = __fadd_rn(acc[j][i], part[w][j * 4 + i][lane]);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int cc = col0 + 8 * j + 2 * t + e;
+            if (cc >= ncols) continue;
+            if (row0 + g < rows) y[size_t(cc) * rows + row0 + g] = acc[j][e];
+            if (row0 + g + 8 < rows) y[size_t(cc) * rows + row0 + g + 8] = acc[j][2 + e];
+        }
+}
+
+}  // namespace
+
+void split_q8_blocks(const void* blocks, int rows, int cols, int8_t* qs_out, uint16_t* d_out) {
+    if (blocks == nullptr || qs_out == nullptr || d_out == nullptr || rows < 0 || cols < 0 ||
+        cols % kQK != 0)
+        throw std::invalid_argument("dq::cuda::split_q8_blocks: bad arguments");
+    const int nb = cols / kQK;
+    const unsigned char* p = static_cast<const unsigned char*>(blocks);
+    constexpr size_t kBlockBytes = 2 + kQK;  // BlockQ8_0: uint16_t d, int8_t qs[32]
+    for (size_t i = 0; i < size_t(rows) * nb; ++i, p += kBlockBytes) {
+        std::memcpy(d_out + i, p, 2);
+        std::memcpy(qs_out + i * kQK, p + 2, kQK);
+    }
+}
+
+void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cudaStream_t s) {
+    if (x == nullptr || qs == nullptr || d == nullptr || ncols < 0 || cols < 0 || cols % kQK != 0)
+        throw std::invalid_argument("dq::cuda::quantize_q8: bad arguments");
+    const long long nblocks = (long long)ncols * (cols / kQK);
+    if (nblocks == 0) return;
+    constexpr int kWarps = 8;
+    quantize_q8_kernel<<<unsigned((nblocks + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(x, qs, d,
+                                                                                      nblocks);
+    check_launch("quantize_q8");
+}
+
+int mmvq_warps_per_row(int cols) {
+    // 4 for every shape: 8 and 16 were slower on the H200 at every ncols (docs/gpu-kernels.md).
+    (void)cols;
+    return 4;
+}
+
+MmvqConfig mmvq_default_config(int ncols) {
+    // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md).
+    // Every entry computes the same bits; only the speed differs.
+    switch (ncols) {
+        case 1: return {1, 4, 8, 0, 0};   // 71.3 us, 4.00 TB/s
+        case 2: return {4, 2, 4, 0, 0};   // 73.5 us
+        case 3: return {4, 1, 4, 0, 0};   // 81.6 us
+        case 4: return {4, 1, 4, 0, 0};   // 77.0 us
+        case 5: return {4, 1, 8, 0, 0};   // 81.3 us
+        case 6: return {4, 1, 8, 0, 0};   // 90.4 us
+        default: return {2, 4, 4, 0, 0};  // 7: 113.8 us, 8: 117.6 us
+    }
+}
+
+void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
+                      cudaStream_t s) {
+    validate(w, x, y, 8);
+    const int p = cfg.warps_per_row > 0 ? cfg.warps_per_row : mmvq_warps_per_row(w.cols);
+    if (cfg.warps_per_block < p || cfg.warps_per_block > kMmvqMaxWarps ||
+        cfg.warps_per_block % p != 0)
+        throw std::invalid_argument("dq::cuda::mmvq: warps_per_block must be a multiple of the "
+                                    "warps per row, at most 8");
+    const MmvqFn fn = mmvq_pick(x.ncols, cfg, p);
+    if (fn == nullptr)
+        throw std::invalid_argument("dq::cuda::mmvq: no kernel for this configuration");
+    size_t smem = 0;
+    if (cfg.mode == 2) {
+        if (reinterpret_cast<uintptr_t>(w.d) % 4 != 0)
+            throw std::invalid_argument("dq::cuda::mmvq: staged mode needs 4-byte aligned scales");
+        smem = size_t(cfg.unroll) * cfg.rows_per_warp * cfg.warps_per_block * 32 * 20;
+        if (smem > 48 * 1024) throw std::invalid_argument("dq::cuda::mmvq: staging over 48 KB");
+    }
+    prefer_l1(reinterpret_cast<const void*>(fn));
+    const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
+    const int groups_per_cta = cfg.warps_per_block / p;
+    const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
+    fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+    check_launch("mmvq");
+}
+
+MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
+    MmvqConfig c = mmvq_default_config(ncols);
+    // Few rows: fewer rows per group, so the grid still has about 2048 row groups to spread over
+    // the SMs (a 4096-row matrix at R = 4 would fill only 1024).
+    while (c.rows_per_warp > 1 && (rows + c.rows_per_warp - 1) / c.rows_per_warp < 2048)
+        c = c.rows_per_warp == 4 ? MmvqConfig{2, 2, 4, 0, 0} : MmvqConfig{1, 4, 4, 0, 0};
+    // Short rows: an unroll above the row's full chunks would leave them to the one-at-a-time
+    // tail loop; take U = 2 (or 1 at R = 4) so they are loaded together.
+    const int full_chunks = (cols / kQK) / (16 * mmvq_warps_per_row(cols));
+    if (c.mode == 0 && c.unroll > full_chunks && full_chunks < 4) {
+        if (c.rows_per_warp == 4) c.unroll = full_chunks >= 2 ? 2 : 1;
+        else c.unroll = 2;
+    }
+    return c;  // same bits at any R and U
+}
+
+void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
+    validate(w, x, y, 8);
+    mmvq_with_config(w, x, y, mmvq_default_config(x.ncols, w.rows, w.cols), s);
+}
+
+void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
+    validate(w, x, y, 0);
+    if ((reinterpret_cast<uintptr_t>(w.qs) | reinterpret_cast<uintptr_t>(x.qs)) % 8 != 0)
+        throw std::invalid_argument("dq::cuda::mmq: qs buffers must be 8-byte aligned");
+    // Column tile: the smallest of 8, 16, 32, 64 that covers ncols (64 beyond).
+    const int nt = x.ncols <= 8 ? 1 : x.ncols <= 16 ? 2 : x.ncols <= 32 ? 4 : 8;
+    const dim3 grid(unsigned((w.rows + 15) / 16), unsigned((x.ncols + 8 * nt - 1) / (8 * nt)));
+    switch (nt) {
+        case 1: mmq_kernel<1, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 2: mmq_kernel<2, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 4: mmq_kernel<4, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        default: mmq_kernel<8, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+    }
+    check_launch("mmq");
+}
+
+}}  // namespace dq::cuda

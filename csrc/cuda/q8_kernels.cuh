@@ -1,0 +1,71 @@
+// CUDA Q8_0 kernels: activation quantization, narrow MMVQ (1..8 columns, bitwise equal per column
+// to the 1-column call) and a tensor-core MMQ for wide batches. Design notes: docs/gpu-kernels.md.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace dq { namespace cuda {
+
+// Weights W [rows, cols] as Q8_0 in structure-of-arrays form on the device:
+// qs int8 [rows, cols] row-major (each row 16-byte aligned; cols % 32 == 0),
+// d  fp16 bits [rows, cols/32] (the CPU BlockQ8_0::d of block (r, b)).
+struct Q8Weights { const int8_t* qs; const uint16_t* d; int rows; int cols; };
+// Activations X [ncols, cols]: qs int8 [ncols, cols], d float [ncols, cols/32]
+// (each d is the fp16-rounded block scale, stored as float).
+struct Q8Acts { const int8_t* qs; const float* d; int ncols; int cols; };
+
+// Host helper: CPU BlockQ8_0 blocks [rows, cols/32] -> SoA buffers (host side, for upload).
+void split_q8_blocks(const void* blocks, int rows, int cols, int8_t* qs_out, uint16_t* d_out);
+
+// x [ncols, cols] f32 -> Q8Acts layout; the same math as quantize_row_q8_0_ref (d = amax/127
+// rounded to fp16, q = round-half-away(x / d)); bitwise equal to the CPU bytes.
+void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cudaStream_t s);
+
+// Narrow MMVQ, ncols 1..8: y [ncols, rows] (row stride = rows) = X W^T. Each weight block is read
+// once and applied to all columns; every column is reduced in exactly the ncols = 1 order, so
+// column j of any call is bitwise equal to a 1-column call on column j. Throws
+// std::invalid_argument on bad shapes.
+//
+// The GPU canonical order (not the CPU one of kernels.h; CPU and GPU need not be bitwise equal):
+// each output row is split over 128 lanes (P = 4 warps, mmvq_warps_per_row); lane t owns bytes
+// [16 t, 16 t + 16) of every 2048-byte chunk of the row, i.e. half (t & 1) of block 64 i + (t >> 1)
+// in chunk i.
+// Per lane, chunks in K order:
+//   isum = exact int32 sum of its 16 products (4 chained dp4a)
+//   s    = fp16(w.d) * x.d                      (one fp32 multiply, round to nearest)
+//   acc  = fmaf(s, (float)isum, acc)            (one fused multiply-add)
+// then in each warp the xor butterfly (offsets 16, 8, 4, 2, 1; each step acc + shfl(acc)), and
+// y = (warp0 + warp1) + (warp2 + warp3).
+void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
+
+// MMQ: tiled mat-mat (int8 tensor cores, mma.sync m16n8k32, one Q8_0 block per k-step), any
+// ncols >= 1, its own reduction order (not bitwise equal to mmvq): per (row, column, block) one
+// exact int32 block dot, then acc = fmaf(w.d * x.d, (float)idot, acc) over the blocks
+// b = w (mod 4) in K order in each of 4 warps, then acc0 + acc1 + acc2 + acc3 left to right.
+// Relative error vs a float64 reference of the same quantized operands is at fp32 rounding level
+// (bench/gpu_kernels_bench.cu checks ||y - ref|| / ||ref|| < 1e-5).
+void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
+
+// --- Tuning surface (benches and tests). Every configuration computes the same bits: the
+// rows per row group, the chunks in flight, the block size and the load scheme change
+// scheduling, never the order. Built (R, U, mode): (1,2,0), (1,4,0), (2,2,0), (2,4,0), (4,1,0),
+// (4,2,0), (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); others throw.
+struct MmvqConfig {
+    int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
+    int unroll;           // U: chunks per row in flight per row group (mode 2: ring stages)
+    int warps_per_block;  // a multiple of the warps per row, at most 8
+    int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); only 4 is built
+    int mode;             // 0: load U chunks then use them; 1: register double buffer;
+                          // 2: per-thread cp.async ring of U stages in shared memory
+};
+// Warps per output row in the canonical order, a function of cols only.
+int mmvq_warps_per_row(int cols);
+// The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix.
+MmvqConfig mmvq_default_config(int ncols);
+// The configuration mmvq() uses: the above, with fewer rows per group when rows is small and a
+// smaller unroll when a row has fewer full chunks than the unroll.
+MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
+void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
+                      cudaStream_t s);
+
+}}  // namespace dq::cuda

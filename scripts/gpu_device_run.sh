@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One command on a CUDA machine (the lent H200): build the package with the CUDA backend into a
+# throwaway venv, run the GPU tests, the kernel bench, the ds4-gpu prefill bench and the GPU
+# A/B/A qualification (run + verify), writing logs and figures under $OUT (at most 8 files:
+# summary.md build.log tests.log bench.log kernels_bench.json gpu_prefill.json qualify.log
+# evidence.tar.gz) and a
+# short table at the end of stdout. Needs python3 with numpy, pandas, scipy, rich, click, aiohttp,
+# matplotlib, pybind11, scikit-build-core, cmake, ninja, pytest, hypothesis, and nvcc; no network.
+#
+# Usage: OUT=/some/dir scripts/gpu_device_run.sh [--skip-qualify]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+skip_qualify=0
+[ "${1:-}" = "--skip-qualify" ] && skip_qualify=1
+summary="$OUT/summary.md"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+stamp() { date -u +%H:%M:%S; }
+
+# Installs into the machine's own python3 environment (the lent machine is bare and given back
+# after the call; tests expect the dflash-qualify script beside sys.executable). Elsewhere, run
+# it inside a venv made for the purpose (python3 -m venv --system-site-packages).
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+note "# dflash-qualify on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>/dev/null | head -1)"
+echo "[$(stamp)] build (DQ_CUDA=ON)"
+t0=$(date +%s)
+if ! python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
+    >"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  note "build: FAILED (see build.log)"
+  exit 1
+fi
+note "build: ok in $(( $(date +%s) - t0 )) s"
+cd "$(mktemp -d)"  # run from outside the checkout so the installed package is imported
+repo=$OLDPWD
+
+echo "[$(stamp)] GPU tests"
+t0=$(date +%s)
+timeout "${DQ_TESTS_TIMEOUT:-240}" python3 -m pytest -q -rs -s -p no:cacheprovider "$repo"/tests/test_gpu*.py >"$OUT/tests.log" 2>&1
+rc=$?
+note "tests/test_gpu*.py: exit $rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/tests.log")"
+grep -h "CPU vs GPU" "$OUT/tests.log" | head -1 | tee -a "$summary"
+
+if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu_kernels_bench.cu" ]; then
+  echo "[$(stamp)] kernel bench"
+  if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu_kernels_bench.cu" \
+      "$repo/csrc/cuda/q8_kernels.cu" "$repo/csrc/q8_0.cpp" -o ./gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
+    timeout 120 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
+    note "kernel bench: exit $? (bench.log, kernels_bench.json)"
+  else
+    note "kernel bench: build FAILED (bench.log)"
+  fi
+fi
+
+echo "[$(stamp)] ds4-gpu prefill bench"
+md=$(mktemp)
+timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu_prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
+note "bench/gpu_prefill.py: exit $?"
+
+if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; then
+  echo "[$(stamp)] dflash-qualify run exact-bands-gpu-aba"
+  ev=$(mktemp -d)
+  {
+    timeout "${DQ_QUALIFY_TIMEOUT:-300}" dflash-qualify run exact-bands-gpu-aba --out "$ev"
+    echo "run exit code: $?"
+    for d in "$ev"/*/; do dflash-qualify verify "$d"; echo "verify exit code: $?"; done
+  } >"$OUT/qualify.log" 2>&1
+  grep -E "exit code|QUALIFIED|gain|drift|manifest|Evidence" "$OUT/qualify.log" | head -12 | tee -a "$summary"
+  tar -C "$ev" -czf "$OUT/evidence.tar.gz" .
+fi
+
+if [ "${DQ_PROFILE:-0}" = 1 ]; then  # optional: kernel time summary of a 64-token q1 + q4 prefill
+  nsys_bin=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+  if [ -n "$nsys_bin" ]; then
+    echo "[$(stamp)] nsys profile"
+    timeout 180 "$nsys_bin" profile -t cuda -o ./prof --force-overwrite true python3 -c "
+from dflash_qualify.engine import Engine
+e = Engine('ds4-gpu', device='cuda'); t = list(range(1, 65))
+for c in (1, 4): e.prefill(t, chunk=c, bands=c > 1)
+for c in (1, 4): print('q%d' % c, e.prefill(t, chunk=c, bands=c > 1).prefill_ns / 64e3, 'us/token')
+" >>"$OUT/bench.log" 2>&1
+    "$nsys_bin" stats -r cuda_gpu_kern_sum,cuda_api_sum -f csv ./prof.nsys-rep 2>/dev/null | cut -c1-220 | head -60 >>"$OUT/bench.log"
+    note "nsys: kernel summary appended to bench.log"
+  else
+    note "nsys: not found"
+  fi
+fi
+
+echo "[$(stamp)] done"
+cat "$md" >>"$summary" 2>/dev/null || tail -20 "$OUT/bench.log" >>"$summary"
+echo
+cat "$summary"
