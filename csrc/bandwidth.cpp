@@ -113,27 +113,34 @@ double read_bandwidth_gbs(size_t bytes, int threads, int repeats) {
 }
 
 MatBenchResult bench_mul_mat(int rows, int k, int ncols, MatKernel kernel, int threads,
-                             int repeats, uint64_t seed) {
+                             int repeats, uint64_t seed, int mats) {
     const int nb = k / QK8_0;
+    mats = std::max(mats, 1);
     XorShift rng{seed | 1};
-    std::vector<BlockQ8_0> w(size_t(rows) * nb), x(size_t(ncols) * nb);
+    const size_t per_mat = size_t(rows) * nb;
+    std::vector<BlockQ8_0> w(per_mat * size_t(mats)), x(size_t(ncols) * nb);
     fill_random_blocks(w.data(), w.size(), rng);
     fill_random_blocks(x.data(), x.size(), rng);
     std::vector<float> y(size_t(ncols) * rows);
-    const QMatrixView view{w.data(), rows, k};
     ThreadPool pool(std::max(threads, 1));
-    mul_mat_q8_0(view, x.data(), ncols, y.data(), kernel, &pool);  // warm-up
+    auto pass = [&] {
+        for (int m = 0; m < mats; ++m) {
+            const QMatrixView view{w.data() + per_mat * size_t(m), rows, k};
+            mul_mat_q8_0(view, x.data(), ncols, y.data(), kernel, &pool);
+        }
+    };
+    pass();  // warm-up
     std::vector<int64_t> times;
     for (int r = 0; r < std::max(repeats, 1); ++r) {
         const auto t0 = Clock::now();
-        mul_mat_q8_0(view, x.data(), ncols, y.data(), kernel, &pool);
+        pass();
         times.push_back(elapsed_ns(t0));
     }
     std::sort(times.begin(), times.end());
     MatBenchResult res;
     res.best_ns = times.front();
     res.median_ns = times[times.size() / 2];
-    res.weight_bytes = view.bytes();
+    res.weight_bytes = w.size() * sizeof(BlockQ8_0);
     float sum = 0.0f;
     for (float v : y) sum += v;
     res.checksum = sum;

@@ -21,7 +21,9 @@ struct MatBenchResult {
 
 // Times mul_mat_q8_0 on a random W (rows x k, Q8_0) and X (ncols x k) built in C++, so no
 // Python overhead is measured. Quants are uniform in [-127, 127], scales fp16 in ~[1e-3, 1e-2].
+// mats > 1: `mats` distinct matrices of rows x k, called back to back as one timed pass (the
+// model's pattern: many 1-2 MB matrices streamed from DRAM); times and bytes cover the pass.
 MatBenchResult bench_mul_mat(int rows, int k, int ncols, MatKernel kernel, int threads,
-                             int repeats, uint64_t seed);
+                             int repeats, uint64_t seed, int mats = 1);
 
 }  // namespace dq
