@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu_features.h"
+#include "model_weights.h"
 #include "threadpool.h"
 
 #if defined(__x86_64__)
@@ -90,7 +91,10 @@ void fill_random_blocks(BlockQ8_0* blocks, size_t n, XorShift& rng) {
 
 double read_bandwidth_gbs(size_t bytes, int threads, int repeats) {
     const size_t words = std::max<size_t>(bytes / sizeof(uint64_t), 1);
-    std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
+    // Same memory as the model's weights (huge-page-advised arena), so the roofline is not
+    // handicapped by 4 KiB page walks that the weights no longer pay.
+    WeightArena arena(words * sizeof(uint64_t));
+    uint64_t* const buf = static_cast<uint64_t*>(arena.data());
     ThreadPool pool(std::max(threads, 1));
     // Touch every page (from the threads that will read it) so first-touch faults are not timed.
     const int nslices = pool.size() * 64;
@@ -104,7 +108,7 @@ double read_bandwidth_gbs(size_t bytes, int threads, int repeats) {
         const auto t0 = Clock::now();
         pool.parallel_for(nslices, 1, [&](int b, int e) {
             const size_t w0 = words * size_t(b) / size_t(nslices), w1 = words * size_t(e) / size_t(nslices);
-            sink.fetch_add(sum_words(buf.get() + w0, w1 - w0), std::memory_order_relaxed);
+            sink.fetch_add(sum_words(buf + w0, w1 - w0), std::memory_order_relaxed);
         });
         const int64_t ns = elapsed_ns(t0);
         if (best < 0 || ns < best) best = ns;
@@ -118,14 +122,17 @@ MatBenchResult bench_mul_mat(int rows, int k, int ncols, MatKernel kernel, int t
     mats = std::max(mats, 1);
     XorShift rng{seed | 1};
     const size_t per_mat = size_t(rows) * nb;
-    std::vector<BlockQ8_0> w(per_mat * size_t(mats)), x(size_t(ncols) * nb);
-    fill_random_blocks(w.data(), w.size(), rng);
+    // W in a huge-page-advised arena like the model's weights (model_weights.h).
+    WeightArena arena(per_mat * size_t(mats) * sizeof(BlockQ8_0));
+    BlockQ8_0* const wb = static_cast<BlockQ8_0*>(arena.data());
+    std::vector<BlockQ8_0> x(size_t(ncols) * nb);
+    fill_random_blocks(wb, per_mat * size_t(mats), rng);
     fill_random_blocks(x.data(), x.size(), rng);
     std::vector<float> y(size_t(ncols) * rows);
     ThreadPool pool(std::max(threads, 1));
     auto pass = [&] {
         for (int m = 0; m < mats; ++m) {
-            const QMatrixView view{w.data() + per_mat * size_t(m), rows, k};
+            const QMatrixView view{wb + per_mat * size_t(m), rows, k};
             mul_mat_q8_0(view, x.data(), ncols, y.data(), kernel, &pool);
         }
     };
@@ -140,7 +147,7 @@ MatBenchResult bench_mul_mat(int rows, int k, int ncols, MatKernel kernel, int t
     MatBenchResult res;
     res.best_ns = times.front();
     res.median_ns = times[times.size() / 2];
-    res.weight_bytes = w.size() * sizeof(BlockQ8_0);
+    res.weight_bytes = per_mat * size_t(mats) * sizeof(BlockQ8_0);
     float sum = 0.0f;
     for (float v : y) sum += v;
     res.checksum = sum;

@@ -26,6 +26,8 @@ public:
     BlockQ8_0* take(size_t nblocks);
     // Bytes a matrix of nblocks takes from an arena (its 64-byte rounding included).
     static size_t footprint(size_t nblocks);
+    // The whole zero-filled range (at least the bytes asked for), for raw users (probes).
+    void* data() const { return base_; }
 
 private:
     void* base_ = nullptr;
