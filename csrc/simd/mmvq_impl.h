@@ -77,11 +77,13 @@ constexpr int mmvq_rows_per_step() {
 }
 
 // Rows per step when W streams from DRAM (narrow MMVQ). Policies with kSingleStream take one
-// row at a time at every NC, so a thread reads W as one sequential stream: on Zen 3 (AVX2),
-// R = 4 interleaved rows of ds4-mini's K = 1024 (4 streams 1088 bytes apart) left the
-// 1-column kernel at ~6.5 GB/s where one row at a time reached ~11 (probe ~12; 256 MiB of
-// 1536 x 1024 matrices, 1 thread), although R = 4 is ~1.5x faster with W in cache. One row
-// is one FMA chain per column (4 cycles per block), still above DRAM speed at 34 B a block.
+// row at a time on short rows (nb <= kSingleStreamMaxBlocks), so a thread reads W as one
+// sequential stream: on Zen 3 (AVX2, huge-page weights), ds4-mini's K = 1024 rows at R = 4
+// (ncols 1) / R = 2 (ncols 2) streamed ~8 GB/s where one row at a time reached ~12, while on
+// K = 4096 rows R = 4 was ~10% faster than one row (256-512 MiB of matrices, 1 thread, same
+// process interleaved). One row is one FMA chain per column (4 cycles per block).
+constexpr int kSingleStreamMaxBlocks = 64;  // K <= 2048
+
 template <class ISum, int NC>
 constexpr int mmvq_stream_rows_per_step() {
     return ISum::kSingleStream ? 1 : mmvq_rows_per_step<NC>();
@@ -133,7 +135,10 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     float* xd = kernel_scratch(size_t(nb) * 8);
     BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
-    mmvq_row_range<ISum, NC, true, mmvq_stream_rows_per_step<ISum, NC>()>(w, xp, xd, y, row_begin, row_end);
+    if (nb <= kSingleStreamMaxBlocks)
+        mmvq_row_range<ISum, NC, true, mmvq_stream_rows_per_step<ISum, NC>()>(w, xp, xd, y, row_begin, row_end);
+    else
+        mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
 }
 
 // Any ncols: groups of up to 8 columns, each column still in the canonical order.

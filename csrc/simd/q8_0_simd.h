@@ -40,7 +40,7 @@ inline float hsum_tree(__m256 a) {
 // (quantize_row_q8_0 never produces -128; the bindings reject it).
 struct ISumAvx2 {
     static constexpr bool kTransformsX = false;
-    static constexpr bool kSingleStream = true;  // MMVQ rows one at a time (mmvq_impl.h)
+    static constexpr bool kSingleStream = true;  // short MMVQ rows one at a time (mmvq_impl.h)
     struct Prep {
         __m256i wabs, wq;
     };
