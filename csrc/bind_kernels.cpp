@@ -197,11 +197,11 @@ void bind_kernels(py::module_& m) {
           py::arg("bytes") = size_t(1) << 30, py::arg("threads") = 1, py::arg("repeats") = 3);
     k.def("bench_mul_mat",
           [](int rows, int kdim, int ncols, const std::string& kernel, int threads, int repeats,
-             uint64_t seed) {
+             uint64_t seed, int mats) {
               const MatKernel kk = parse_kernel(kernel);
               if (rows < 1 || ncols < 1 || kdim < QK8_0 || kdim % QK8_0 != 0 || threads < 1 ||
-                  repeats < 1) {
-                  throw py::value_error("need rows, ncols, threads, repeats >= 1 and k a positive multiple of 32");
+                  repeats < 1 || mats < 1) {
+                  throw py::value_error("need rows, ncols, threads, repeats, mats >= 1 and k a positive multiple of 32");
               }
               if (kk == MatKernel::kMMVQ && ncols > 8) {
                   throw py::value_error("mmvq takes 1..8 columns");
@@ -209,7 +209,7 @@ void bind_kernels(py::module_& m) {
               MatBenchResult r;
               {
                   py::gil_scoped_release release;
-                  r = bench_mul_mat(rows, kdim, ncols, kk, threads, repeats, seed);
+                  r = bench_mul_mat(rows, kdim, ncols, kk, threads, repeats, seed, mats);
               }
               py::dict d;
               d["best_ns"] = r.best_ns;
@@ -219,7 +219,7 @@ void bind_kernels(py::module_& m) {
               return d;
           },
           py::arg("rows"), py::arg("k"), py::arg("ncols"), py::arg("kernel") = "mmvq",
-          py::arg("threads") = 1, py::arg("repeats") = 5, py::arg("seed") = 1);
+          py::arg("threads") = 1, py::arg("repeats") = 5, py::arg("seed") = 1, py::arg("mats") = 1);
 }
 
 }  // namespace dq

@@ -2,11 +2,57 @@
 // depend on the thread count; scales keep activations O(1) through the layers.
 #include "model_weights.h"
 
+#include <sys/mman.h>
+
 #include <cmath>
+#include <new>
 
 #include "threadpool.h"
 
 namespace dq {
+
+namespace {
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kLine = 64;
+}  // namespace
+
+WeightArena::WeightArena(size_t bytes) {
+    // Below one huge page there is nothing to advise: map whole 4 KiB pages, unaligned.
+    const size_t align = bytes >= kHugePage ? kHugePage : 4096;
+    size_ = (bytes + align - 1) / align * align;
+    if (size_ == 0) size_ = align;
+    // Over-map by one alignment unit so the used range can start aligned.
+    const size_t mapped = align == kHugePage ? size_ + kHugePage : size_;
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = (raw + align - 1) & ~uintptr_t(align - 1);
+    // Return the unaligned head and the unused tail, keep [aligned, aligned + size_).
+    if (aligned > raw) munmap(p, aligned - raw);
+    const size_t tail = (raw + mapped) - (aligned + size_);
+    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size_), tail);
+    base_ = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+    // Advice only: where THP is off (or never) the range keeps 4 KiB pages.
+    if (align == kHugePage) madvise(base_, size_, MADV_HUGEPAGE);
+#endif
+}
+
+WeightArena::~WeightArena() {
+    if (base_) munmap(base_, size_);
+}
+
+size_t WeightArena::footprint(size_t nblocks) {
+    return (nblocks * sizeof(BlockQ8_0) + kLine - 1) / kLine * kLine;
+}
+
+BlockQ8_0* WeightArena::take(size_t nblocks) {
+    const size_t need = footprint(nblocks);
+    if (used_ + need > size_) throw std::bad_alloc();  // callers size the arena first
+    auto* p = reinterpret_cast<BlockQ8_0*>(static_cast<char*>(base_) + used_);
+    used_ += need;
+    return p;
+}
 
 namespace {
 
@@ -37,12 +83,17 @@ std::vector<float> gen_f32(size_t n, uint64_t stream, float center, float amp) {
 
 // W (rows, cols): int8 uniform in [-127, 127], per-block scale std*sqrt(3)/127 * (0.75..1.25),
 // so each weight has standard deviation ~std.
-QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool) {
+// Bytes an arena needs for a matrix of (rows, cols).
+size_t q8_footprint(int rows, int cols) { return WeightArena::footprint(size_t(rows) * (cols / QK8_0)); }
+
+QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool,
+               const std::shared_ptr<WeightArena>& arena) {
     QMatrix m;
     m.rows = rows;
     m.cols = cols;
     const int nb = cols / QK8_0;
-    m.blocks.resize(size_t(rows) * nb);
+    m.arena = arena;
+    m.blocks = arena->take(m.nblocks());
     const float base = std * std::sqrt(3.0f) / 127.0f;
     auto fill = [&](int r0, int r1) {
         for (int r = r0; r < r1; ++r) {
@@ -91,7 +142,11 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
     w.embed = gen_f32(size_t(c.vocab) * d, stream_id(s, kEmbed, 0, 0), 0.0f, 1.7f);
     w.final_norm = gen_f32(d, stream_id(s, kFinalNorm, 0, 0), 1.0f, 0.1f);
     w.hc_final = gen_f32(c.hc_mult, stream_id(s, kHcFinal, 0, 0), 1.0f / c.hc_mult, 0.1f / c.hc_mult);
-    w.lm_head = gen_q8(c.vocab, d, stream_id(s, kLmHead, 0, 0), 3.0f * inv_sqrt_d, pool);
+    w.lm_head = gen_q8(c.vocab, d, stream_id(s, kLmHead, 0, 0), 3.0f * inv_sqrt_d, pool,
+                       std::make_shared<WeightArena>(q8_footprint(c.vocab, d)));
+    // One arena per layer holds its attention, shared-expert and expert matrices.
+    const size_t layer_bytes = q8_footprint(c.proj_rows(), d) + q8_footprint(d, c.q_dim()) +
+                               size_t(c.n_experts + 1) * (q8_footprint(2 * f, d) + q8_footprint(d, f));
     w.q8_bytes += w.lm_head.bytes();
     w.layers.resize(c.n_layers);
     for (int l = 0; l < c.n_layers; ++l) {
@@ -103,8 +158,9 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
         L.kv_norm = gen_f32(hd, stream_id(s, kKvNorm, l, 0), 1.0f, 0.1f);
         L.comp_norm = gen_f32(hd, stream_id(s, kCompNorm, l, 0), 1.0f, 0.1f);
         L.comp_ape = gen_f32(size_t(ModelConfig::comp_rows(ratio)) * hd, stream_id(s, kCompApe, l, 0), 0.0f, 0.5f);
-        L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool);
-        L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool);
+        const auto arena = std::make_shared<WeightArena>(layer_bytes);
+        L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool, arena);
+        L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool, arena);
         L.router = gen_f32(size_t(c.n_experts) * d, stream_id(s, kRouter, l, 0), 0.0f, 2.0f * inv_sqrt_d);
         L.router_bias = gen_f32(c.n_experts, stream_id(s, kRouterBias, l, 0), 0.0f, 0.2f);
         if (l < c.n_hash_layers) {
@@ -124,14 +180,14 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
                 }
             }
         }
-        L.shared_w13 = gen_q8(2 * f, d, stream_id(s, kW13, l, 0xFFFF), inv_sqrt_d, pool);
-        L.shared_w2 = gen_q8(d, f, stream_id(s, kW2, l, 0xFFFF), 0.5f / std::sqrt(float(f)), pool);
+        L.shared_w13 = gen_q8(2 * f, d, stream_id(s, kW13, l, 0xFFFF), inv_sqrt_d, pool, arena);
+        L.shared_w2 = gen_q8(d, f, stream_id(s, kW2, l, 0xFFFF), 0.5f / std::sqrt(float(f)), pool, arena);
         w.q8_bytes += L.w_proj.bytes() + L.w_o.bytes() + L.shared_w13.bytes() + L.shared_w2.bytes();
         L.exp_w13.resize(c.n_experts);
         L.exp_w2.resize(c.n_experts);
         for (int e = 0; e < c.n_experts; ++e) {
-            L.exp_w13[e] = gen_q8(2 * f, d, stream_id(s, kW13, l, e), inv_sqrt_d, pool);
-            L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool);
+            L.exp_w13[e] = gen_q8(2 * f, d, stream_id(s, kW13, l, e), inv_sqrt_d, pool, arena);
+            L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool, arena);
             w.q8_bytes += L.exp_w13[e].bytes() + L.exp_w2[e].bytes();
         }
         L.hc_attn = gen_hc(c, s, kHcAttn, l);

@@ -130,7 +130,9 @@ def test_bindings_reject_bad_shapes_and_dtypes():
 
 # --- narrow MMVQ: bitwise equal to the reference ----------------------------------------------
 
-SHAPES = [(1, 32), (7, 64), (33, 96), (257, 160)]  # (N rows, K): ragged N, K % 32 == 0
+# (N rows, K): ragged N, K % 32 == 0; K = 4096 takes the long-row (multi-row) MMVQ step on
+# AVX2, the others its one-row step (csrc/simd/mmvq_impl.h, kSingleStreamMaxBlocks).
+SHAPES = [(1, 32), (7, 64), (33, 96), (257, 160), (13, 4096)]
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -70,9 +70,23 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
 // NC 3..4 spilled the accumulators to the stack every block (AVX2, 1 GiB matrix, 1 thread:
 // ncols 4 ran at 2.0 GB/s while ncols 5 at R = 1 ran at 3.8), so every NC >= 2 takes R = 1
 // except NC = 2 (R = 2: 4 accumulators). The thread grain (4) is a multiple of every R.
+// This is the choice for W already in L1/L2 (MMQ tiles).
 template <int NC>
 constexpr int mmvq_rows_per_step() {
     return NC == 1 ? 4 : (NC == 2 ? 2 : 1);
+}
+
+// Rows per step when W streams from DRAM (narrow MMVQ). Policies with kSingleStream take one
+// row at a time on short rows (nb <= kSingleStreamMaxBlocks), so a thread reads W as one
+// sequential stream: on Zen 3 (AVX2, huge-page weights), ds4-mini's K = 1024 rows at R = 4
+// (ncols 1) / R = 2 (ncols 2) streamed ~8 GB/s where one row at a time reached ~12, while on
+// K = 4096 rows R = 4 was ~10% faster than one row (256-512 MiB of matrices, 1 thread, same
+// process interleaved). One row is one FMA chain per column (4 cycles per block).
+constexpr int kSingleStreamMaxBlocks = 64;  // K <= 2048
+
+template <class ISum, int NC>
+constexpr int mmvq_stream_rows_per_step() {
+    return ISum::kSingleStream ? 1 : mmvq_rows_per_step<NC>();
 }
 
 // Prepares one group of NC <= 8 activation columns: fp32 scales into xd[b * 8 + c] and, for
@@ -89,11 +103,10 @@ inline const BlockQ8_0* prepare_group(const BlockQ8_0* x, int nc, int nb, float*
     return xt;
 }
 
-// Rows [row_begin, row_end) for one prepared group of NC columns.
-template <class ISum, int NC, bool kCanonicalTree>
+// Rows [row_begin, row_end) for one prepared group of NC columns, R rows per step.
+template <class ISum, int NC, bool kCanonicalTree, int R = mmvq_rows_per_step<NC>()>
 void mmvq_row_range(const QMatrixView& w, const BlockQ8_0* x, const float* xd, float* y,
                     int row_begin, int row_end) {
-    constexpr int R = mmvq_rows_per_step<NC>();
     const int nb = w.cols / QK8_0;
     int n = row_begin;
     for (; n + R <= row_end; n += R)
@@ -122,7 +135,10 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     float* xd = kernel_scratch(size_t(nb) * 8);
     BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
-    mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
+    if (nb <= kSingleStreamMaxBlocks)
+        mmvq_row_range<ISum, NC, true, mmvq_stream_rows_per_step<ISum, NC>()>(w, xp, xd, y, row_begin, row_end);
+    else
+        mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
 }
 
 // Any ncols: groups of up to 8 columns, each column still in the canonical order.

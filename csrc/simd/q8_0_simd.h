@@ -40,6 +40,7 @@ inline float hsum_tree(__m256 a) {
 // (quantize_row_q8_0 never produces -128; the bindings reject it).
 struct ISumAvx2 {
     static constexpr bool kTransformsX = false;
+    static constexpr bool kSingleStream = true;  // short MMVQ rows one at a time (mmvq_impl.h)
     struct Prep {
         __m256i wabs, wq;
     };
@@ -58,6 +59,7 @@ struct ISumAvx2 {
 // int8 w (even -128) is fine.
 struct ISumVnni {
     static constexpr bool kTransformsX = true;
+    static constexpr bool kSingleStream = false;  // unmeasured on AVX-512 hosts: kept at R = 4
     struct Prep {
         __m256i wq, corr;
     };
