@@ -86,11 +86,15 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
     ThreadPool* pool = pool_.get();
     // Per token: mean stream (tok_tmp[0, d)), dyn coefficients (tok_tmp[d, d + rows)).
     par_items(pool, w, [&](int j) { hc_mean_norm(c, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j)); });
-    par_items(pool, w * rows, [&](int item) {  // the F32 dyn projection, one (token, row) each
-        const int j = item / rows, r = item % rows;
-        float* t = sc.tok_tmp(j);
-        t[d + r] = dot_f32(&p.w_dyn[size_t(r) * d], t, d);
-    }, 2 * rows);  // one token's 24 short dots run inline
+    // The F32 dyn projection, one row for all w tokens (the row is read once per step; each
+    // token's value is bitwise dot_f32(row, mean_j), as at q1). One token's dots run inline.
+    const float* means[kMaxStep];
+    for (int j = 0; j < w; ++j) means[j] = sc.tok_tmp(j);
+    par_items(pool, rows, [&](int r) {
+        float out[kMaxStep];
+        dot_f32_cols(&p.w_dyn[size_t(r) * d], means, w, d, out);
+        for (int j = 0; j < w; ++j) sc.tok_tmp(j)[d + r] = out[j];
+    }, w >= 2 ? 2 : rows + 1);
     par_items(pool, w, [&](int j) {
         hc_mix(c, p, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j) + d, &sc.xin[size_t(j) * d],
                &sc.post[size_t(j) * hc], &sc.M[size_t(j) * hc * hc]);
@@ -199,10 +203,13 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
         OpTimer t(stats, kOpRouter);
         const bool hash = l < c.n_hash_layers;
         const int E = c.n_experts;
-        par_items(pool, w * E, [&](int item) {  // router dot products, one (token, expert) each
-            const int j = item / E, e = item % E;
-            sc.tok_tmp(j)[e] = dot_f32(&L.router[size_t(e) * d], &sc.xn[size_t(j) * d], d);
-        }, 2 * E);
+        const float* xs[kMaxStep];
+        for (int j = 0; j < w; ++j) xs[j] = &sc.xn[size_t(j) * d];
+        par_items(pool, E, [&](int e) {  // router logits: one expert row for all w tokens
+            float out[kMaxStep];
+            dot_f32_cols(&L.router[size_t(e) * d], xs, w, d, out);
+            for (int j = 0; j < w; ++j) sc.tok_tmp(j)[e] = out[j];
+        }, w >= 2 ? 2 : E + 1);
         for (int j = 0; j < w; ++j)
             route_from_logits(c, L, hash, sc.tok_tmp(j), tokens[j], &sc.ids[size_t(j) * K],
                               &sc.wts[size_t(j) * K], sc.tmp.data());

@@ -7,7 +7,16 @@
 
 namespace dq {
 
-float dot_f32(const float* a, const float* b, int n) {
+// Hot per-token loops get an AVX2 clone picked at load time (GCC/Clang ifunc) beside the portable
+// default. Both clones run the same per-lane mul-then-add sequence (-ffp-contract=off, no
+// reassociation), so they produce the same bits; only the vector width differs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !DQ_SANITIZE
+#define DQ_OPS_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DQ_OPS_CLONES
+#endif
+
+DQ_OPS_CLONES float dot_f32(const float* a, const float* b, int n) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -16,7 +25,28 @@ float dot_f32(const float* a, const float* b, int n) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-void rms_norm(const float* x, const float* gain, float* y, int n, float eps) {
+DQ_OPS_CLONES void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
+    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of 4 so the
+    // accumulators stay in registers; per column exactly dot_f32's lanes and tree.
+    for (int c0 = 0; c0 < ncols; c0 += 4) {
+        const int nc = ncols - c0 < 4 ? ncols - c0 : 4;
+        float acc[4][8] = {};
+        int i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int c = 0; c < nc; ++c) {
+                const float* bc = b[c0 + c];
+                for (int j = 0; j < 8; ++j) acc[c][j] += a[i + j] * bc[i + j];
+            }
+        for (int c = 0; c < nc; ++c) {
+            const float* bc = b[c0 + c];
+            float* ac = acc[c];
+            for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += a[t] * bc[t];
+            out[c0 + c] = ((ac[0] + ac[4]) + (ac[2] + ac[6])) + ((ac[1] + ac[5]) + (ac[3] + ac[7]));
+        }
+    }
+}
+
+DQ_OPS_CLONES void rms_norm(const float* x, const float* gain, float* y, int n, float eps) {
     const float ms = dot_f32(x, x, n) / float(n);
     const float inv = 1.0f / std::sqrt(ms + eps);
     if (gain) {
@@ -72,7 +102,7 @@ namespace {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace
 
-void hc_mean_norm(const ModelConfig& c, const float* X, float* mean) {
+DQ_OPS_CLONES void hc_mean_norm(const ModelConfig& c, const float* X, float* mean) {
     const int hc = c.hc_mult, d = c.d_model;
     const float inv_hc = 1.0f / float(hc);
     // Loops run stream-outer / channel-inner so they vectorize over channels; each element
@@ -86,7 +116,7 @@ void hc_mean_norm(const ModelConfig& c, const float* X, float* mean) {
     rms_norm(mean, nullptr, mean, d, c.norm_eps);
 }
 
-void hc_mix(const ModelConfig& c, const HCParams& p, const float* X, const float* dyn, float* x_in,
+DQ_OPS_CLONES void hc_mix(const ModelConfig& c, const HCParams& p, const float* X, const float* dyn, float* x_in,
             float* post, float* M) {
     const int hc = c.hc_mult, d = c.d_model;
     float pre[64];
@@ -131,7 +161,7 @@ void hc_pre(const ModelConfig& c, const HCParams& p, const float* X, float* x_in
     hc_mix(c, p, X, dyn, x_in, post, M);
 }
 
-void hc_post_stream(const ModelConfig& c, const float* X, const float* out, const float* post,
+DQ_OPS_CLONES void hc_post_stream(const ModelConfig& c, const float* X, const float* out, const float* post,
                     const float* M, int i, float* dst) {
     const int hc = c.hc_mult, d = c.d_model;
     for (int k = 0; k < d; ++k) dst[k] = 0.0f;
