@@ -258,6 +258,8 @@ def finish(record: dict[str, Any], protocol: dict[str, Any],
             "binaries": info.get("binaries"),
             "start_s": info.get("start_s"),
             "gpu": info.get("gpu") if cuda else None,
+            # CPUs the arm's worker process could run on (pinned: one; [target] pin_cpu)
+            "cpu_affinity": info.get("cpu_affinity"),
         }
         if info.get("url"):  # HTTP targets: the server's base URL for this arm
             arms[arm["id"]]["url"] = info["url"]

@@ -287,23 +287,41 @@ def _target(ck: _Checker, t: dict) -> dict:
         # any program that speaks the worker protocol (protocols/worker-protocol.schema.json)
         # device: where that program runs (it is not told: give it its own flag); on "cuda"
         # the harness records the GPU's state around each arm
-        ck.table(t, "target", {"kind", "command", "prefix_cache_slots", "device"}, {"command"})
+        ck.table(t, "target", {"kind", "command", "prefix_cache_slots", "device", "pin_cpu"},
+                 {"command"})
         return {"kind": kind, "command": _argv(ck, t["command"], "target.command"),
                 "model": None, "seed": None, "threads": None, "prefix_cache_slots": 0,
-                "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES)}
-    ck.table(t, "target", {"kind", "model", "seed", "threads", "prefix_cache_slots", "device"})
+                "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES),
+                "pin_cpu": _pin_cpu(ck, t)}
+    ck.table(t, "target", {"kind", "model", "seed", "threads", "prefix_cache_slots", "device",
+                           "pin_cpu"})
     out = {"kind": kind,
            "model": ck.string(t.get("model", "ds4-mini"), "target.model"),
            "seed": ck.integer(t.get("seed", 0), "target.seed", lo=0, hi=2**63 - 1),
            "threads": None, "prefix_cache_slots": 0,
            # the worker's Engine(device=...); "cpu" runs exactly as before the option existed
-           "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES)}
+           "device": ck.string(t.get("device", "cpu"), "target.device", choices=DEVICES),
+           "pin_cpu": _pin_cpu(ck, t)}
     if "threads" in t:
         out["threads"] = ck.integer(t["threads"], "target.threads", lo=1, hi=1024)
     if "prefix_cache_slots" in t:
         out["prefix_cache_slots"] = ck.integer(t["prefix_cache_slots"],
                                                "target.prefix_cache_slots", lo=0, hi=1024)
     return out
+
+
+def _pin_cpu(ck: _Checker, t: dict) -> int | str | None:
+    """[target] pin_cpu: every arm's worker process pinned to one CPU ("auto": the highest CPU
+    this process may use; an integer: that CPU), so no arm runs on a faster or busier core than
+    another for its whole life (a process-level block effect; docs/calibration.md)."""
+    if "pin_cpu" not in t:
+        return None
+    v = t["pin_cpu"]
+    if v == "auto":
+        return "auto"
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 4095:
+        ck.fail("target.pin_cpu", '"auto" or a CPU number 0..4095', v)
+    return v
 
 
 def _http_target(ck: _Checker, t: dict, kind: str) -> dict:

@@ -132,6 +132,8 @@ def test_missing_nvidia_smi(no_smi):
 
 def protocol_text(device: str | None, *, base: str = "exact-bands-quick", extra: str = "") -> str:
     text = (protocol.bundled_dir() / f"{base}.toml").read_text()
+    if extra.startswith("schedule"):  # replace the bundled protocol's own schedule line
+        text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("schedule"))
     line = f'device = "{device}"\n' if device is not None else ""
     return text.replace('[target]\nkind = "embedded"\n', f'[target]\nkind = "embedded"\n{line}'
                         ).replace("schema_version = 1\n", f"schema_version = 1\n{extra}")
@@ -187,7 +189,7 @@ def test_gpu_protocol_loads_without_a_gpu():
     r = protocol.load("exact-bands-gpu-aba").resolved
     assert r["kind"] == "bracket" and r["metric"] == "prefill_tok_s" and r["cache"] == "cold"
     assert r["target"] == {"kind": "embedded", "model": "ds4-gpu", "seed": 0, "threads": None,
-                           "prefix_cache_slots": 0, "device": "cuda"}
+                           "prefix_cache_slots": 0, "device": "cuda", "pin_cpu": None}
     assert "ds4-gpu" in MODEL_CONFIGS
     (prompt,) = r["prompts"]
     assert prompt["length"] == 512 and prompt["bytes"] == 512

@@ -85,7 +85,7 @@ def test_schedule_forms(tmp_path, line, plan):
 
 
 def test_default_schedule_is_aba():
-    r = protocol.load("exact-bands-aba").resolved  # a protocol without a schedule line
+    r = protocol.load("serve-llamacpp-aba").resolved  # a bracket without a schedule line
     assert r["schedule_plan"] == {"kind": "ABA", "seed": None, "rounds": 1}
     assert r["schedule"] == ["A", "cand", "B"]
 
@@ -227,3 +227,12 @@ def test_schedule_runs_seal_and_verify(tmp_path, line, n_blocks):
     ok = subprocess.run([EXE, "verify", str(d)], capture_output=True, text=True, timeout=LIMIT_S)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "per-block medians" in (d / "report.md").read_text()
+
+
+def test_bundled_cpu_brackets_interleave_pinned_workers():
+    # docs/calibration.md: whole-arm host speed states and per-process core placement are
+    # block effects no per-request CI sees; the bundled CPU brackets block both out.
+    for name in ("exact-bands-aba", "exact-bands-quick"):
+        r = protocol.load(name).resolved
+        assert r["schedule_plan"]["kind"] == "interleaved", name
+        assert r["target"]["pin_cpu"] == "auto", name

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from .base import Request, Response, Target, TargetError
-from .worker import WorkerTarget, embedded_argv
+from .worker import WorkerTarget, embedded_argv, resolve_pin_cpu
 
 __all__ = ["Request", "Response", "Target", "TargetError", "WorkerTarget", "make_target",
            "TARGETS"]
@@ -13,14 +13,16 @@ __all__ = ["Request", "Response", "Target", "TargetError", "WorkerTarget", "make
 
 def _embedded(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
     return WorkerTarget(arm["id"], embedded_argv(protocol["target"], arm), arm["env"],
-                        start_timeout_s=protocol["timeouts"]["start_s"])
+                        start_timeout_s=protocol["timeouts"]["start_s"],
+                        pin_cpu=resolve_pin_cpu(protocol["target"].get("pin_cpu")))
 
 
 def _command(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
     """Any program speaking the worker protocol; an arm may name its own program."""
     argv = arm.get("command") or protocol["target"]["command"]
     return WorkerTarget(arm["id"], argv, arm["env"],
-                        start_timeout_s=protocol["timeouts"]["start_s"])
+                        start_timeout_s=protocol["timeouts"]["start_s"],
+                        pin_cpu=resolve_pin_cpu(protocol["target"].get("pin_cpu")))
 
 
 def _http(kind: str) -> Callable[[dict[str, Any], dict[str, Any]], Target]:

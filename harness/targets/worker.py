@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from ..errors import UsageError
 from .base import Request, Response, Target, TargetError
 
 GRACE_S = 5.0        # after closing stdin, how long the worker may take to exit by itself
@@ -60,12 +61,28 @@ def embedded_argv(target: dict[str, Any], arm: dict[str, Any]) -> list[str]:
     return argv
 
 
+def resolve_pin_cpu(pin: int | str | None) -> int | None:
+    """The CPU a protocol's [target] pin_cpu names on this machine: "auto" is the highest CPU
+    this process may use (CPU 0 takes most interrupts); a number must be one of those CPUs."""
+    if pin is None or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if pin == "auto":
+        return allowed[-1]
+    if pin not in allowed:
+        raise UsageError(f"CPU {pin} is not available to this process (allowed: "
+                         f"{', '.join(map(str, allowed))})", field="target.pin_cpu")
+    return int(pin)
+
+
 class WorkerTarget(Target):
     """One worker process for one arm."""
 
     def __init__(self, arm_id: str, argv: list[str], arm_env: dict[str, str | None], *,
-                 start_timeout_s: float, base_env: dict[str, str] | None = None) -> None:
+                 start_timeout_s: float, base_env: dict[str, str] | None = None,
+                 pin_cpu: int | None = None) -> None:
         self.arm_id = arm_id
+        self.pin_cpu = pin_cpu
         self.argv = list(argv)
         self.arm_env = dict(arm_env)
         self.env = arm_environment(dict(os.environ) if base_env is None else base_env, arm_env)
@@ -86,6 +103,7 @@ class WorkerTarget(Target):
         except OSError as exc:
             raise TargetError(f"arm {self.arm_id}: worker did not start: "
                               f"{self.argv[0]}: {exc.strerror}") from None
+        affinity = self._pin()
         self._reader = threading.Thread(target=self._read_stdout, daemon=True,
                                         name=f"worker-{self.arm_id}-stdout")
         self._reader.start()
@@ -104,7 +122,24 @@ class WorkerTarget(Target):
                 "engine_build": ready.get("engine") or {},
                 "model": ready.get("model") or {},
                 "config_hash": ready.get("config_hash"),
-                "binaries": ready.get("binaries")}
+                "binaries": ready.get("binaries"),
+                "cpu_affinity": affinity}
+
+    def _pin(self) -> list[int] | None:
+        """Pins the fresh worker (before it starts any thread; threads inherit) to pin_cpu;
+        returns the CPUs it may run on, as the kernel reports them (None: not Linux)."""
+        assert self.proc is not None
+        if not hasattr(os, "sched_setaffinity"):
+            return None
+        try:
+            if self.pin_cpu is not None:
+                os.sched_setaffinity(self.proc.pid, {self.pin_cpu})
+            return sorted(os.sched_getaffinity(self.proc.pid))
+        except OSError as exc:
+            if self.pin_cpu is None:
+                return None
+            raise TargetError(f"arm {self.arm_id}: could not pin the worker to CPU "
+                              f"{self.pin_cpu}: {exc.strerror}") from None
 
     def run_once(self, request: Request) -> Response:
         if self.proc is None or self.proc.stdin is None:
