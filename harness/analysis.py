@@ -190,7 +190,7 @@ def check_samples(samples: object, view: dict) -> list[dict]:
         if ok and s["phase"] == "measured" and not (_is_number(value) and value > 0):
             raise bad("value", "a finite number > 0", value)
         sha = s.get("response_sha256")
-        if sha is not None and (not isinstance(sha, str) or not _SHA_RE.match(sha)):
+        if sha is not None and (not isinstance(sha, str) or not _SHA_RE.fullmatch(sha)):
             raise bad("response_sha256", "64 lowercase hex digits or null", sha)
         if s.get("group") not in groups:
             raise bad("group", f"one of {sorted(groups, key=str)}", s.get("group"))

@@ -105,7 +105,7 @@ class EvidenceWriter:
     @classmethod
     def create(cls, root: Path, name: str, *, now: datetime | None = None) -> "EvidenceWriter":
         """Make `<root>/<stamp>-<name>.partial/` (INCOMPLETE = "running"), reserving a free final name."""
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise UsageError("invalid evidence name", field="name",
                              expected="letters, digits, '.', '_' or '-'", got=name)
         root = Path(root)

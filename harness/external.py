@@ -75,7 +75,7 @@ def read_samples_csv(text: str, file: str) -> tuple[list[dict], int]:
             raise UsageError("bad value", file=file, field=f"line {line}, column value",
                              expected="a finite number > 0", got=row["value"])
         sha = (row.get("response_sha256") or "").strip().lower() or None
-        if sha is not None and not _SHA_RE.match(sha):
+        if sha is not None and not _SHA_RE.fullmatch(sha):
             raise UsageError("bad response hash", file=file, field=f"line {line}, column response_sha256",
                              expected="64 hex digits or empty", got=row["response_sha256"])
         if phase == "measured":

@@ -118,7 +118,7 @@ class _Checker:
             self.fail(path, _one_of(choices), value)
         if nonempty and not value:
             self.fail(path, "a non-empty string", value)
-        if pattern is not None and not pattern.match(value):
+        if pattern is not None and not pattern.fullmatch(value):
             self.fail(path, "an id of letters, digits, '_', '-', '.' (at most 32)", value)
         return value
 
@@ -153,7 +153,7 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 def _join(path: str, key: object) -> str:
     """A key path as TOML writes it: bare keys plain, anything else quoted (one line)."""
     text = str(key)
-    part = text if _BARE_KEY.match(text) else json.dumps(text)
+    part = text if _BARE_KEY.fullmatch(text) else json.dumps(text)  # fullmatch: "$" admits "0\n"
     return f"{path}.{part}" if path else part
 
 
@@ -600,7 +600,7 @@ def _env(ck: _Checker, env: dict, path: str) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for key, value in env.items():
         where = _join(path, key)
-        if not _ENV_NAME_RE.match(key):
+        if not _ENV_NAME_RE.fullmatch(key):
             ck.fail(where, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
         if value is False or value == "":
             out[key] = None

@@ -201,7 +201,7 @@ def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
     if keys != MANIFEST_KEYS:
         result.add(MANIFEST, f"keys: expected exactly {sorted(MANIFEST_KEYS)}, got {sorted(keys)}")
     if not isinstance(manifest.get("created_utc"), str) or \
-            not _UTC_RE.match(manifest.get("created_utc") or ""):
+            not _UTC_RE.fullmatch(manifest.get("created_utc") or ""):
         result.add(MANIFEST, f"created_utc: expected a UTC time like 2026-11-29T11:45:00.000000Z, "
                              f"got {manifest.get('created_utc')!r}")
     if not isinstance(manifest.get("tool_version"), str) or not manifest.get("tool_version"):
@@ -234,7 +234,7 @@ def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             result.add(MANIFEST, f"{where}: size of {rel!r}: expected an integer >= 0, got {size!r}")
             continue
-        if not isinstance(digest, str) or not _SHA_RE.match(digest):
+        if not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
             result.add(MANIFEST, f"{where}: sha256 of {rel!r}: expected 64 lowercase hex digits, got {digest!r}")
             continue
         seen.add(rel)
@@ -256,7 +256,7 @@ def _recompute(root: Path, result: VerifyResult) -> None:
         return
 
     def response_bytes(sha: str) -> bytes:
-        if not _SHA_RE.match(str(sha)):
+        if not _SHA_RE.fullmatch(str(sha)):
             raise KeyError(sha)
         p = root / "responses" / f"{sha}.bin"
         if os.path.islink(p):

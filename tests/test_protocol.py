@@ -268,3 +268,17 @@ def test_fuzzed_protocol_text_never_crashes(tmp_path_factory, text):
         protocol.load(str(path))
     except UsageError as exc:
         assert "\n" not in str(exc)
+
+
+def test_trailing_newline_never_passes_an_anchored_pattern(tmp_path):
+    # re.match with "...$" accepts "x\n" ("$" matches before a final newline): names, arm ids
+    # and env names must be refused whole, and a key with a newline is quoted on one line.
+    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    for old, new, field in (('name = "exact-bands-quick"', 'name = "quick\\n"', "name"),
+                            ('id = "cand"', 'id = "cand\\n"', "arms[1].id"),
+                            ('[target]\n', '[target]\n"0\\n" = 1\n', 'target."0\\n"')):
+        path = tmp_path / "p.toml"
+        path.write_text(text.replace(old, new, 1))
+        with pytest.raises(UsageError) as err:
+            protocol.load(str(path))
+        assert "\n" not in str(err.value) and field in str(err.value), str(err.value)
