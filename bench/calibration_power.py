@@ -30,6 +30,9 @@ docs/calibration.md; not re-run since):
 - exact-bands-quick now (interleaved, 256 tokens), 5%, load 3.0-3.2 with the full test suite
   running: A/A median |gain| 1.62%, drift 2.54%, simulated false qualification 0.20%;
   predicted 25.1%, detected 10/30 = 33.3% (s.e. 8.6): 8.2 points, within.
+- exact-bands-quick as bundled now (interleaved, 256 tokens, pin_cpu = "auto"), 5%, quiet host
+  (load 0.8), 16:27 UTC: A/A median |gain| 1.50%, drift 1.14%, simulated false qualification
+  0.00%; predicted 36.6%, detected 11/30 = 36.7% (s.e. 8.8): 0.1 points, within (134 s).
 """
 from __future__ import annotations
 
