@@ -16,13 +16,20 @@ namespace dq {
 #define DQ_OPS_CLONES
 #endif
 
+namespace {
+// dot_f32's fixed tree over its 8 lanes (shared by dot_f32_cols, which must give the same bits).
+inline float tree8(const float* acc) {
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+}  // namespace
+
 DQ_OPS_CLONES float dot_f32(const float* a, const float* b, int n) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
     for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    return tree8(acc);
 }
 
 DQ_OPS_CLONES void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
@@ -41,7 +48,7 @@ DQ_OPS_CLONES void dot_f32_cols(const float* a, const float* const* b, int ncols
             const float* bc = b[c0 + c];
             float* ac = acc[c];
             for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += a[t] * bc[t];
-            out[c0 + c] = ((ac[0] + ac[4]) + (ac[2] + ac[6])) + ((ac[1] + ac[5]) + (ac[3] + ac[7]));
+            out[c0 + c] = tree8(ac);
         }
     }
 }

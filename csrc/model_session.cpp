@@ -69,25 +69,11 @@ DecodeOutcome Session::decode(int max_tokens) {
     if (!st_.has_logits) throw std::invalid_argument("decode needs a prefilled session");
     if (max_tokens < 0) throw std::invalid_argument("max_tokens must be >= 0");
     std::lock_guard<std::mutex> lock(m_.mutex());
-    DecodeOutcome out;
-    out.stop = "max_tokens";
-    const int64_t t0 = now_ns();
-    while (int(out.tokens.size()) < max_tokens) {
-        const int32_t tok = argmax_f32(st_.last_logits.data(), c.vocab);
-        if (tok == kEos) {
-            out.stop = "eos";
-            break;
-        }
-        out.tokens.push_back(tok);
-        if (int(out.tokens.size()) == max_tokens) break;
-        if (st_.pos >= c.ctx) {
-            out.stop = "ctx";
-            break;
-        }
-        m_.forward(st_, &tok, 1, StepMode{1, false}, sc_, sc_.logits.data(), nullptr, nullptr, 0, out.stats);
-    }
-    out.ns = now_ns() - t0;
-    return out;
+    return greedy_decode(
+        c, max_tokens, [&] { return st_.last_logits.data(); }, [&] { return st_.pos; },
+        [&](int32_t tok, StepStats& stats) {
+            m_.forward(st_, &tok, 1, StepMode{1, false}, sc_, sc_.logits.data(), nullptr, nullptr, 0, stats);
+        });
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model_forward.h"
+#include "model_ops.h"
 
 namespace dq {
 
@@ -29,6 +30,33 @@ struct DecodeOutcome {
     int64_t ns = 0;
     StepStats stats;
 };
+
+// The greedy decode loop shared by the CPU and CUDA sessions: emit argmax(last logits) until
+// EOS, max_tokens, or a full context (pos() >= c.ctx), feeding each emitted token but the last.
+// last_logits() -> const float* [vocab]; pos() -> int; feed(token, stats) runs one q1 step.
+template <class LastLogits, class Pos, class Feed>
+DecodeOutcome greedy_decode(const ModelConfig& c, int max_tokens, LastLogits last_logits, Pos pos,
+                            Feed feed) {
+    DecodeOutcome out;
+    out.stop = "max_tokens";
+    const int64_t t0 = now_ns();
+    while (int(out.tokens.size()) < max_tokens) {
+        const int32_t tok = argmax_f32(last_logits(), c.vocab);
+        if (tok == kEos) {
+            out.stop = "eos";
+            break;
+        }
+        out.tokens.push_back(tok);
+        if (int(out.tokens.size()) == max_tokens) break;
+        if (pos() >= c.ctx) {
+            out.stop = "ctx";
+            break;
+        }
+        feed(tok, out.stats);
+    }
+    out.ns = now_ns() - t0;
+    return out;
+}
 
 // Snapshot bytes of a State (magic, version, config fingerprint, then every array) and back;
 // shared by the CPU Session and the CUDA session (csrc/cuda), so snapshots move between them.

@@ -6,7 +6,6 @@
 #include "gpu_engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -31,11 +30,6 @@ void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 #define DQ_CUDA_CHECK(x) check((x), #x)
-
-int64_t now_ns_() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Owns device allocations (freed together).
 struct Arena {
@@ -150,19 +144,19 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     m.device = prop.name;
     DQ_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
     const ModelConfig& c = m.cfg;
-    int64_t t0 = now_ns_();
+    int64_t t0 = now_ns();
     Weights w;
     {
         ThreadPool pool(threads);
         w = build_weights(c, &pool);
     }
-    m.build_s = double(now_ns_() - t0) * 1e-9;
+    m.build_s = double(now_ns() - t0) * 1e-9;
     size_t free_b = 0, total_b = 0;
     DQ_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (w.q8_bytes + (size_t(256) << 20) > free_b)
         throw std::invalid_argument("the model needs " + std::to_string(w.q8_bytes >> 20) + " MiB of GPU memory but only " +
                                     std::to_string(free_b >> 20) + " MiB is free");
-    t0 = now_ns_();
+    t0 = now_ns();
     m.q8_bytes = w.q8_bytes;
     m.embed = m.arena.upload(w.embed);
     m.final_norm = m.arena.upload(w.final_norm);
@@ -207,7 +201,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     m.rope_cos = m.arena.upload(cs);
     m.rope_sin = m.arena.upload(sn);
     DQ_CUDA_CHECK(cudaDeviceSynchronize());
-    m.upload_s = double(now_ns_() - t0) * 1e-9;
+    m.upload_s = double(now_ns() - t0) * 1e-9;
 }
 
 GpuModel::~GpuModel() {
@@ -237,11 +231,11 @@ struct OpSpan {
     int op;
     int64_t t0;
     OpSpan(bool enabled, cudaStream_t stream, StepStats& stats, int family)
-        : on(enabled), s(stream), st(stats), op(family), t0(enabled ? now_ns_() : 0) {}
+        : on(enabled), s(stream), st(stats), op(family), t0(enabled ? now_ns() : 0) {}
     ~OpSpan() {
         if (!on) return;
         cudaStreamSynchronize(s);
-        st.op_ns[op] += now_ns_() - t0;
+        st.op_ns[op] += now_ns() - t0;
     }
     OpSpan(const OpSpan&) = delete;
     OpSpan& operator=(const OpSpan&) = delete;
@@ -584,7 +578,7 @@ PrefillOutcome GpuSession::prefill(const int32_t* tokens, int n, const PrefillOp
     DQ_CUDA_CHECK(cudaMemcpyAsync(S.tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
     DQ_CUDA_CHECK(cudaStreamSynchronize(s));
     const size_t stride = size_t(n) * c.top_k;
-    const int64_t t0 = now_ns_();
+    const int64_t t0 = now_ns();
     int off = 0;
     for (int w : out.widths) {
         StepStats step;
@@ -598,7 +592,7 @@ PrefillOutcome GpuSession::prefill(const int32_t* tokens, int n, const PrefillOp
         off += w;
     }
     DQ_CUDA_CHECK(cudaStreamSynchronize(s));
-    out.ns = now_ns_() - t0;
+    out.ns = now_ns() - t0;
     if (logits)
         DQ_CUDA_CHECK(cudaMemcpy(logits, S.out_logits, sizeof(float) * size_t(n) * c.vocab, cudaMemcpyDeviceToHost));
     if (rid) DQ_CUDA_CHECK(cudaMemcpy(rid, S.out_rid, sizeof(int32_t) * c.n_layers * stride, cudaMemcpyDeviceToHost));
@@ -620,29 +614,12 @@ int32_t GpuSession::decode_step(StepStats& stats) {
 
 DecodeOutcome GpuSession::decode(int max_tokens) {
     GpuSessionImpl& S = *impl_;
-    const ModelConfig& c = m_.config();
     if (!S.has_logits) throw std::invalid_argument("decode needs a prefilled session");
     if (max_tokens < 0) throw std::invalid_argument("max_tokens must be >= 0");
     std::lock_guard<std::mutex> lock(S.m.mu);
-    DecodeOutcome out;
-    out.stop = "max_tokens";
-    const int64_t t0 = now_ns_();
-    while (int(out.tokens.size()) < max_tokens) {
-        const int32_t tok = argmax_f32(S.last_logits_h.data(), c.vocab);
-        if (tok == kEos) {
-            out.stop = "eos";
-            break;
-        }
-        out.tokens.push_back(tok);
-        if (int(out.tokens.size()) == max_tokens) break;
-        if (S.pos >= c.ctx) {
-            out.stop = "ctx";
-            break;
-        }
-        S.feed(tok, out.stats);
-    }
-    out.ns = now_ns_() - t0;
-    return out;
+    return greedy_decode(
+        m_.config(), max_tokens, [&] { return S.last_logits_h.data(); }, [&] { return S.pos; },
+        [&](int32_t tok, StepStats& stats) { S.feed(tok, stats); });
 }
 
 State GpuSession::download_state() const {
