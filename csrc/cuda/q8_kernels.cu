@@ -9,6 +9,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -64,6 +65,36 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Hopper bulk copies (TMA, non-tensor form) into shared memory, completed on an mbarrier that
+// counts the bytes: one thread issues a whole row chunk, nothing is held in registers.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(
+                     smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(phase)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void bulk_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_addr(smem)), "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
 }
 
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
@@ -158,6 +189,31 @@ __device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
     }
 }
 
+// The order's tail: the xor butterfly in each warp, then the fixed pairwise tree over the row
+// group's P warps through shared memory; one thread per (row, column) stores.
+template <int NC, int R, int P>
+__device__ __forceinline__ void mmvq_reduce_store(float (&acc)[R][NC], float (&part)[kMmvqMaxWarps][R][NC],
+                                                  float* __restrict__ y, long long row0, int rows) {
+    constexpr int kLanes = 32 * P;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int grp = threadIdx.x / kLanes, t = threadIdx.x % kLanes;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            float v = acc[r][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            if (lane == 0) part[warp][r][c] = v;
+        }
+    if constexpr (P > 1) __syncthreads();
+    if (t < R * NC) {
+        const int r = t / NC, c = t % NC;
+        if (row0 + r < rows)
+            y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[grp * P][r][c], R * NC);
+    }
+}
+
 // MODE 0: load U chunks, then use them. MODE 1: software-pipelined (the next U chunks are loaded
 // into registers before the current ones are used). MODE 2: each thread streams its own 16-byte
 // slices through a U-stage cp.async ring in shared memory (no barriers: a thread reads back only
@@ -172,8 +228,6 @@ __device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
     constexpr int kChunkBytes = 16 * kLanes;
     constexpr int kChunkBlocks = kChunkBytes / kQK;
     __shared__ float part[kMmvqMaxWarps][R][NC];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
     const int grp = threadIdx.x / kLanes;               // row group within the CTA
     const int t = threadIdx.x % kLanes;                 // lane within the row group
     const long long row0 = ((long long)blockIdx.x * (blockDim.x / kLanes) + grp) * R;
@@ -292,21 +346,7 @@ __device__ __forceinline__ void mmvq_body(const int8_t* __restrict__ wq,
                               cols, nb, acc);
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            float v = acc[r][c];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-            if (lane == 0) part[warp][r][c] = v;
-        }
-    if constexpr (P > 1) __syncthreads();
-    if (t < R * NC) {
-        const int r = t / NC, c = t % NC;
-        if (row0 + r < rows)
-            y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[grp * P][r][c], R * NC);
-    }
+    mmvq_reduce_store<NC, R, P>(acc, part, y, row0, rows);
 }
 
 template <int NC, int R, int U, int P, int MODE>
@@ -333,6 +373,167 @@ MmvqFn mmvq_fn(int nc) {
     }
 }
 
+
+// MODE 3: a U-stage ring in shared memory; a stage holds G consecutive chunks of each of the R
+// rows (G * 2048 contiguous bytes per row) and their scales, filled by Hopper bulk copies
+// (cp.async.bulk: one thread issues the stage, completion counted in bytes on its mbarrier).
+// Nothing in flight holds a register. A CTA is CS copies of the row group's 32 P lanes: copy h
+// plays every lane's part for the columns [h NC/CS, (h + 1) NC/CS), reading the same weight
+// slices from the stage, so each (row, column) accumulator takes exactly mode 0's sequence and
+// the butterfly and warp tree are unchanged (CS only trades registers per thread for threads).
+// The activations of the next chunk are loaded while the current one is used. Needs 16-byte
+// aligned qs and d and nb % 8 == 0 (every stage's scale run is a multiple of 16 bytes).
+template <int NC, int R, int U, int G, int P, int CS>
+__global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __restrict__ wq,
+                                                               const uint16_t* __restrict__ wdp,
+                                                               const int8_t* __restrict__ xq,
+                                                               const float* __restrict__ xd,
+                                                               float* __restrict__ y, int rows, int cols) {
+    static_assert(NC % CS == 0, "the column split must divide the columns");
+    constexpr int NCH = NC / CS;               // columns per thread
+    constexpr int kLanes = 32 * P;
+    constexpr int kChunkBytes = 16 * kLanes;
+    constexpr int kChunkBlocks = kChunkBytes / kQK;
+    constexpr int kStageQ = G * kChunkBytes;   // qs bytes per row and stage
+    constexpr int kStageB = G * kChunkBlocks;  // scales per row and stage
+    constexpr int kStageBytes = R * (kStageQ + 2 * kStageB);
+    __shared__ float part[P][R][NC];
+    __shared__ uint64_t full[U];
+    extern __shared__ __align__(128) unsigned char ring[];  // [U][R qs runs | R scale runs]
+    const int t = threadIdx.x % kLanes;        // the lane whose part this thread plays
+    const int c0 = (threadIdx.x / kLanes) * NCH;  // its first column
+    const long long row0 = (long long)blockIdx.x * R;
+    const int nb = cols / kQK;
+    const int nchunks = (nb + kChunkBlocks - 1) / kChunkBlocks;
+    const int ngroups = (nchunks + G - 1) / G;
+    const int lb = t >> 1, lo = t * 16;
+    auto stage_q = [&](int s, int r) { return ring + size_t(s) * kStageBytes + size_t(r) * kStageQ; };
+    auto stage_d = [&](int s, int r) {
+        return reinterpret_cast<uint16_t*>(ring + size_t(s) * kStageBytes + size_t(R) * kStageQ) + r * kStageB;
+    };
+    auto issue = [&](int s, int g) {  // thread 0 only
+        const int b0 = g * kStageB, cb = min(kStageB, nb - b0);
+        mbar_expect_tx(&full[s], uint32_t(R * cb * (kQK + 2)));
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const long long row = row0 + r < rows ? row0 + r : rows - 1;  // tail rows: load, don't store
+            bulk_g2s(stage_q(s, r), wq + size_t(row) * cols + size_t(b0) * kQK, uint32_t(cb * kQK), &full[s]);
+            bulk_g2s(stage_d(s, r), wdp + size_t(row) * nb + b0, uint32_t(cb * 2), &full[s]);
+        }
+    };
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < U; ++s) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < U; ++s)
+            if (s < ngroups) issue(s, s);
+    }
+    float acc[R][NCH];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) acc[r][c] = 0.0f;
+    auto slice_exists = [&](int ch) { return ch < nchunks && ch * kChunkBlocks + lb < nb; };
+    auto load_x = [&](int ch, int4 (&v)[NCH], float (&sc)[NCH]) {
+        if (slice_exists(ch)) {
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) {
+                v[c] = __ldg(reinterpret_cast<const int4*>(xq + size_t(c0 + c) * cols + size_t(ch) * kChunkBytes + lo));
+                sc[c] = __ldg(xd + size_t(c0 + c) * nb + ch * kChunkBlocks + lb);
+            }
+        }
+    };
+    int4 xv[NCH];
+    float xs[NCH];
+    load_x(0, xv, xs);
+    __syncthreads();  // the barriers are initialised
+    for (int g = 0; g < ngroups; ++g) {
+        const int s = g % U;
+        mbar_wait(&full[s], uint32_t((g / U) & 1));
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int ch = g * G + k;
+            int4 nxv[NCH];
+            float nxs[NCH];
+            load_x(ch + 1, nxv, nxs);
+            if (slice_exists(ch)) {  // this lane's slice exists (the last chunk may be partial)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int4 wv = *reinterpret_cast<const int4*>(stage_q(s, r) + k * kChunkBytes + lo);
+                    const float wd = half_bits_to_float(stage_d(s, r)[k * kChunkBlocks + lb]);
+#pragma unroll
+                    for (int c = 0; c < NCH; ++c) {  // the canonical step for (row r, column c0 + c)
+                        int isum = __dp4a(wv.x, xv[c].x, 0);
+                        isum = __dp4a(wv.y, xv[c].y, isum);
+                        isum = __dp4a(wv.z, xv[c].z, isum);
+                        isum = __dp4a(wv.w, xv[c].w, isum);
+                        const float sc = __fmul_rn(wd, xs[c]);
+                        acc[r][c] = __fmaf_rn(sc, small_int_to_float(isum), acc[r][c]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) {
+                xv[c] = nxv[c];
+                xs[c] = nxs[c];
+            }
+        }
+        if (g + U < ngroups) {  // refill this stage once every lane has read it
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                issue(s, g + U);
+            }
+        }
+    }
+    // The order's tail, as in mmvq_reduce_store: butterfly per warp, then the P-warp tree.
+    const int lane = threadIdx.x & 31, w = t >> 5;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+            float v = acc[r][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            if (lane == 0) part[w][r][c0 + c] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < R * NC) {
+        const int r = threadIdx.x / NC, c = threadIdx.x % NC;
+        if (row0 + r < rows) y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[0][r][c], R * NC);
+    }
+}
+
+template <int R, int U, int G, int P, int CS>
+MmvqFn mmvq_tma_fn(int nc) {
+    if constexpr (CS == 1) {
+        switch (nc) {
+            case 1: return mmvq_tma_kernel<1, R, U, G, P, 1>;
+            case 2: return mmvq_tma_kernel<2, R, U, G, P, 1>;
+            case 3: return mmvq_tma_kernel<3, R, U, G, P, 1>;
+            case 4: return mmvq_tma_kernel<4, R, U, G, P, 1>;
+            case 5: return mmvq_tma_kernel<5, R, U, G, P, 1>;
+            case 6: return mmvq_tma_kernel<6, R, U, G, P, 1>;
+            case 7: return mmvq_tma_kernel<7, R, U, G, P, 1>;
+            default: return mmvq_tma_kernel<8, R, U, G, P, 1>;
+        }
+    } else {  // even column counts only
+        switch (nc) {
+            case 2: return mmvq_tma_kernel<2, R, U, G, P, 2>;
+            case 4: return mmvq_tma_kernel<4, R, U, G, P, 2>;
+            case 6: return mmvq_tma_kernel<6, R, U, G, P, 2>;
+            case 8: return mmvq_tma_kernel<8, R, U, G, P, 2>;
+            default: return nullptr;
+        }
+    }
+}
+
+size_t mmvq_tma_smem(const MmvqConfig& c) {
+    return size_t(c.unroll) * c.rows_per_warp * std::max(1, c.stage_chunks) * (16 * 32 * 4 + 2 * 64);
+}
+
 // Instantiated variants (all with P = 4, the canonical warps per row).
 MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
     if (p != 4) return nullptr;
@@ -352,6 +553,16 @@ MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
     DQ_MMVQ_CASE(4, 3, 2)
     DQ_MMVQ_CASE(4, 4, 2)
 #undef DQ_MMVQ_CASE
+#define DQ_MMVQ_TMA(R_, U_, G_, W_)                                                           \
+    if (c.mode == 3 && c.rows_per_warp == R_ && c.unroll == U_ && std::max(1, c.stage_chunks) == G_ && \
+        c.warps_per_block == W_)                                                                   \
+        return mmvq_tma_fn<R_, U_, G_, 4, W_ / 4>(nc);
+    DQ_MMVQ_TMA(2, 2, 2, 4)
+    DQ_MMVQ_TMA(4, 2, 1, 4)
+    DQ_MMVQ_TMA(4, 3, 1, 4)
+    DQ_MMVQ_TMA(8, 2, 1, 4)
+    DQ_MMVQ_TMA(4, 3, 1, 8)
+#undef DQ_MMVQ_TMA
     return nullptr;
 }
 
@@ -366,6 +577,35 @@ void prefer_l1(const void* fn) {
                              cudaSharedmemCarveoutMaxL1) != cudaSuccess) {
         cudaGetLastError();  // a hint only; clear the error so the launch check does not see it
     }
+}
+
+// The bulk-copy mode's ring lives in shared memory but the activations are read through L1,
+// which shares the same storage. Ask for just the shared memory that the register-limited number
+// of blocks per SM needs, so the rest stays L1 (the driver's default would give shared memory
+// everything, and the activations would then come from L2). Once per kernel.
+void tma_carveout(const void* fn, size_t smem, int threads) {
+    static std::mutex mu;
+    static std::set<const void*> done;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.insert(fn).second) return;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+        throw std::runtime_error("dq::cuda::mmvq: " + std::to_string(smem) + " bytes of shared memory refused");
+    cudaFuncAttributes fa{};
+    int dev = 0;
+    cudaDeviceProp prop{};
+    if (cudaFuncGetAttributes(&fa, fn) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return;  // a hint only
+    }
+    const int regs_per_block = std::max(1, fa.numRegs) * threads;
+    const int by_regs = std::max(1, prop.regsPerMultiprocessor / regs_per_block);
+    const size_t per_block = smem + fa.sharedSizeBytes + prop.reservedSharedMemPerBlock;
+    const size_t want = std::min(size_t(prop.sharedMemPerMultiprocessor), per_block * size_t(by_regs));
+    const int pct = int((want * 100 + prop.sharedMemPerMultiprocessor - 1) / prop.sharedMemPerMultiprocessor);
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(100, pct)) != cudaSuccess)
+        cudaGetLastError();
 }
 
 void validate(const Q8Weights& w, const Q8Acts& x, const float* y, int max_ncols) {
@@ -520,9 +760,10 @@ int mmvq_warps_per_row(int cols) {
     return 4;
 }
 
-MmvqConfig mmvq_default_config(int ncols) {
-    // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md).
-    // Every entry computes the same bits; only the speed differs.
+namespace {
+// The fastest register-streaming (mode 0) configuration per ncols on 16384 x 16384: the path for
+// shapes the bulk-copy mode does not take (cols % 256 != 0, unaligned scales, few rows).
+MmvqConfig mmvq_register_config(int ncols) {
     switch (ncols) {
         case 1: return {1, 4, 8, 0, 0};   // 71.3 us, 4.00 TB/s
         case 2: return {4, 2, 4, 0, 0};   // 73.5 us
@@ -531,6 +772,26 @@ MmvqConfig mmvq_default_config(int ncols) {
         case 5: return {4, 1, 8, 0, 0};   // 81.3 us
         case 6: return {4, 1, 8, 0, 0};   // 90.4 us
         default: return {2, 4, 4, 0, 0};  // 7: 113.8 us, 8: 117.6 us
+    }
+}
+
+bool tma_shape_ok(const Q8Weights& w) {
+    return reinterpret_cast<uintptr_t>(w.d) % 16 == 0 && (w.cols / kQK) % 8 == 0;
+}
+}  // namespace
+
+MmvqConfig mmvq_default_config(int ncols) {
+    // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md):
+    // the bulk-copy ring (mode 3) at every width. Every entry computes the same bits.
+    switch (ncols) {
+        case 1: return {4, 2, 4, 0, 3, 1};   // 69.5 us, 4.10 TB/s
+        case 2: return {4, 2, 4, 0, 3, 1};   // 71.0 us
+        case 3: return {4, 2, 4, 0, 3, 1};   // 72.1 us
+        case 4: return {2, 2, 4, 0, 3, 2};   // 74.6 us
+        case 5: return {4, 2, 4, 0, 3, 1};   // 77.6 us
+        case 6: return {8, 2, 4, 0, 3, 1};   // 80.7 us
+        case 7: return {8, 2, 4, 0, 3, 1};   // 88.7 us
+        default: return {4, 2, 4, 0, 3, 1};  // 8: 101.1 us
     }
 }
 
@@ -545,6 +806,20 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     const MmvqFn fn = mmvq_pick(x.ncols, cfg, p);
     if (fn == nullptr)
         throw std::invalid_argument("dq::cuda::mmvq: no kernel for this configuration");
+    if (cfg.mode == 3) {
+        if (cfg.warps_per_block != p && !(cfg.warps_per_block == 2 * p && x.ncols % 2 == 0))
+            throw std::invalid_argument("dq::cuda::mmvq: the bulk-copy mode runs one row group per block, "
+                                        "or two copies of it splitting an even column count");
+        if (!tma_shape_ok(w))
+            throw std::invalid_argument("dq::cuda::mmvq: the bulk-copy mode needs 16-byte aligned scales "
+                                        "and cols % 256 == 0");
+        const size_t smem = mmvq_tma_smem(cfg);
+        tma_carveout(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
+        const unsigned grid = unsigned((w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp);
+        fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+        check_launch("mmvq");
+        return;
+    }
     size_t smem = 0;
     if (cfg.mode == 2) {
         if (reinterpret_cast<uintptr_t>(w.d) % 4 != 0)
@@ -561,7 +836,11 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
 }
 
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
-    MmvqConfig c = mmvq_default_config(ncols);
+    // The bulk-copy table where it was measured to win: enough row groups to fill the SMs
+    // (about 2048) and scale runs that bulk copies can take (cols % 256 == 0).
+    const MmvqConfig t = mmvq_default_config(ncols);
+    if ((cols / kQK) % 8 == 0 && (rows + t.rows_per_warp - 1) / t.rows_per_warp >= 2048) return t;
+    MmvqConfig c = mmvq_register_config(ncols);
     // Few rows: fewer rows per group, so the grid still has about 2048 row groups to spread over
     // the SMs (a 4096-row matrix at R = 4 would fill only 1024).
     while (c.rows_per_warp > 1 && (rows + c.rows_per_warp - 1) / c.rows_per_warp < 2048)
@@ -578,7 +857,9 @@ MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
 
 void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     validate(w, x, y, 8);
-    mmvq_with_config(w, x, y, mmvq_default_config(x.ncols, w.rows, w.cols), s);
+    MmvqConfig c = mmvq_default_config(x.ncols, w.rows, w.cols);
+    if (c.mode == 3 && !tma_shape_ok(w)) c = mmvq_register_config(x.ncols);  // unaligned scales
+    mmvq_with_config(w, x, y, c, s);
 }
 
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {

@@ -49,21 +49,27 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per row group, the chunks in flight, the block size and the load scheme change
 // scheduling, never the order. Built (R, U, mode): (1,2,0), (1,4,0), (2,2,0), (2,4,0), (4,1,0),
-// (4,2,0), (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); others throw.
+// (4,2,0), (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); mode 3 (R, U, G, warps
+// per block): (2,2,2,4), (4,2,1,4), (4,3,1,4), (8,2,1,4), and (4,3,1,8) (8 warps: two copies of
+// the row group, each taking half of an even ncols); others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
     int unroll;           // U: chunks per row in flight per row group (mode 2: ring stages)
     int warps_per_block;  // a multiple of the warps per row, at most 8
     int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); only 4 is built
     int mode;             // 0: load U chunks then use them; 1: register double buffer;
-                          // 2: per-thread cp.async ring of U stages in shared memory
+                          // 2: per-thread cp.async ring of U stages in shared memory;
+                          // 3: bulk-copy (TMA) ring of U stages in shared memory
+    int stage_chunks = 1; // mode 3: chunks of each row per stage (G)
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
-// The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix.
+// The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix (mode 3).
 MmvqConfig mmvq_default_config(int ncols);
-// The configuration mmvq() uses: the above, with fewer rows per group when rows is small and a
-// smaller unroll when a row has fewer full chunks than the unroll.
+// The configuration mmvq() uses: the above where it was measured to win (about 2048 row groups or
+// more, cols % 256 == 0); otherwise the register-streaming table (mode 0) with fewer rows per
+// group when rows is small and a smaller unroll when a row has fewer full chunks than the unroll.
+// mmvq() also takes mode 0 when the scales are not 16-byte aligned.
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
                       cudaStream_t s);
