@@ -1,7 +1,7 @@
 // GPU kernel bench: checks, then timings, of csrc/cuda/q8_kernels (quantize_q8, narrow MMVQ, MMQ).
 //
 // Usage: gpu_kernels_bench OUT.json [--reps N] [--time-even-if-failed]
-// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
+// Build (one line): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc
 //          bench/gpu_kernels_bench.cu csrc/cuda/q8_kernels.cu csrc/q8_0.cpp -o gpu_kernels_bench
 //
 // Checks (every one must pass before anything is timed; exit code 1 otherwise):
