@@ -17,6 +17,7 @@ namespace dq {
 Scratch::Scratch(const ModelConfig& c) {
     const size_t W = kMaxStep, d = c.d_model, hc = c.hc_mult, f = c.d_ff, K = c.top_k;
     X.resize(W * hc * d);
+    X_next.resize(W * hc * d);
     xin.resize(W * d);
     xn.resize(W * d);
     xq.resize(W * d / QK8_0);
@@ -87,14 +88,16 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
     // Per token: mean stream (tok_tmp[0, d)), dyn coefficients (tok_tmp[d, d + rows)).
     par_items(pool, w, [&](int j) { hc_mean_norm(c, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j)); });
     // The F32 dyn projection, one row for all w tokens (the row is read once per step; each
-    // token's value is bitwise dot_f32(row, mean_j), as at q1). One token's dots run inline.
+    // token's value is bitwise dot_f32(row, mean_j), as at q1). Split over threads even for
+    // one token: the 96 KB of rows come from DRAM each step (the Q8_0 stream evicts them), so
+    // two threads fetching halves beat one (q1, 2 threads: hc ~380 -> ~290 us/token).
     const float* means[kMaxStep];
     for (int j = 0; j < w; ++j) means[j] = sc.tok_tmp(j);
     par_items(pool, rows, [&](int r) {
         float out[kMaxStep];
         dot_f32_cols(&p.w_dyn[size_t(r) * d], means, w, d, out);
         for (int j = 0; j < w; ++j) sc.tok_tmp(j)[d + r] = out[j];
-    }, w >= 2 ? 2 : rows + 1);
+    });
     par_items(pool, w, [&](int j) {
         hc_mix(c, p, &sc.X[size_t(j) * hc * d], sc.tok_tmp(j) + d, &sc.xin[size_t(j) * d],
                &sc.post[size_t(j) * hc], &sc.M[size_t(j) * hc * hc]);
@@ -105,14 +108,14 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
 void Model::hc_post_step(int w, Scratch& sc) const {
     const ModelConfig& c = cfg_;
     const int d = c.d_model, hc = c.hc_mult;
-    // New streams into tok_tmp (one (token, stream) item each), then copied back over X.
+    // New streams into X_next (one (token, stream) item each), which then becomes X: a
+    // buffer swap instead of copying w * 16 KB back after every sublayer.
     par_items(pool_.get(), w * hc, [&](int item) {
         const int j = item / hc, i = item % hc;
         hc_post_stream(c, &sc.X[size_t(j) * hc * d], &sc.o[size_t(j) * d], &sc.post[size_t(j) * hc],
-                       &sc.M[size_t(j) * hc * hc], i, sc.tok_tmp(j) + size_t(i) * d);
+                       &sc.M[size_t(j) * hc * hc], i, &sc.X_next[(size_t(j) * hc + i) * d]);
     }, 2 * hc);
-    for (int j = 0; j < w; ++j)
-        std::memcpy(&sc.X[size_t(j) * hc * d], sc.tok_tmp(j), sizeof(float) * size_t(hc) * d);
+    sc.X.swap(sc.X_next);
 }
 
 void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc,
@@ -205,11 +208,13 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
         const int E = c.n_experts;
         const float* xs[kMaxStep];
         for (int j = 0; j < w; ++j) xs[j] = &sc.xn[size_t(j) * d];
-        par_items(pool, E, [&](int e) {  // router logits: one expert row for all w tokens
+        // Router logits: one expert row for all w tokens; split over threads even for one
+        // token, as the HC dyn rows (the F32 rows come from DRAM each step).
+        par_items(pool, E, [&](int e) {
             float out[kMaxStep];
             dot_f32_cols(&L.router[size_t(e) * d], xs, w, d, out);
             for (int j = 0; j < w; ++j) sc.tok_tmp(j)[e] = out[j];
-        }, w >= 2 ? 2 : E + 1);
+        });
         for (int j = 0; j < w; ++j)
             route_from_logits(c, L, hash, sc.tok_tmp(j), tokens[j], &sc.ids[size_t(j) * K],
                               &sc.wts[size_t(j) * K], sc.tmp.data());

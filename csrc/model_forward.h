@@ -32,6 +32,7 @@ State make_state(const ModelConfig& c);
 struct Scratch {
     explicit Scratch(const ModelConfig& c);
     std::vector<float> X;            // [w, hc, d] residual streams
+    std::vector<float> X_next;       // [w, hc, d] hc_post's output, swapped with X
     std::vector<float> xin, xn;      // [w, d]
     std::vector<BlockQ8_0> xq;       // [w, d/32]
     std::vector<float> post, M;      // [w, hc], [w, hc*hc]
