@@ -122,6 +122,42 @@ F32Array mul_mat(const py::array& win, const py::array& xin, const std::string& 
     return y;
 }
 
+// Several products in one dispatch (the grouped MoE path): [(w, x, kernel), ...] -> [y, ...].
+py::list mul_mat_batch(const py::list& items, int threads) {
+    if (threads < 1) throw py::value_error("threads must be >= 1");
+    std::vector<U8Array> keep;  // the arrays stay alive (and contiguous) across the call
+    std::vector<F32Array> ys;
+    std::vector<MatTask> tasks;
+    for (const py::handle& it : items) {
+        const auto t = it.cast<py::tuple>();
+        if (t.size() != 3) throw py::value_error("each item is (w, x, kernel)");
+        const MatKernel kernel = parse_kernel(t[2].cast<std::string>());
+        keep.push_back(as_blocks(t[0].cast<py::array>(), "w"));
+        keep.push_back(as_blocks(t[1].cast<py::array>(), "x"));
+        const U8Array& w = keep[keep.size() - 2];
+        const U8Array& x = keep.back();
+        const int k = check_blocks(w, "w");
+        if (check_blocks(x, "x") != k) throw py::value_error("w and x must have the same k");
+        const int rows = int(w.shape(0)), ncols = int(x.shape(0));
+        if (rows < 1 || ncols < 1) throw py::value_error("w and x need at least one row each");
+        if (kernel == MatKernel::kMMVQ && ncols > 8)
+            throw py::value_error("mmvq takes 1..8 columns, got " + std::to_string(ncols));
+        ys.emplace_back(std::vector<py::ssize_t>{py::ssize_t(ncols), py::ssize_t(rows)});
+        tasks.push_back(MatTask{QMatrixView{reinterpret_cast<const BlockQ8_0*>(w.data()), rows, k},
+                                reinterpret_cast<const BlockQ8_0*>(x.data()), ncols, ys.back().mutable_data(),
+                                kernel});
+    }
+    {
+        py::gil_scoped_release release;
+        std::unique_ptr<ThreadPool> pool;
+        if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+        mul_mat_q8_0_batch(tasks.data(), int(tasks.size()), pool.get());
+    }
+    py::list out;
+    for (auto& y : ys) out.append(y);
+    return out;
+}
+
 float vec_dot_ref(const py::array& win, const py::array& xin) {
     const U8Array w = as_blocks(win, "w");
     const U8Array x = as_blocks(xin, "x");
@@ -178,6 +214,8 @@ void bind_kernels(py::module_& m) {
           "uint8[n, k/32*34] -> float32[n, k]");
     k.def("mul_mat", &mul_mat, py::arg("w"), py::arg("x"), py::arg("kernel") = "mmvq",
           py::arg("threads") = 1, "Y[ncols, rows] = W[rows, k] @ X[ncols, k]^T on Q8_0 blocks");
+    k.def("mul_mat_batch", &mul_mat_batch, py::arg("items"), py::arg("threads") = 1,
+          "[(w, x, kernel), ...] -> [y, ...], all products in one parallel dispatch");
     k.def("vec_dot_ref", &vec_dot_ref, py::arg("w"), py::arg("x"),
           "scalar reference dot of two 1-D Q8_0 block rows (canonical order)");
     k.def("fp32_to_fp16", &to_fp16, py::arg("x"), "float32 array -> uint16 fp16 bits (flat)");

@@ -38,6 +38,19 @@ enum class MatKernel : int {
 void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                   MatKernel kernel, ThreadPool* pool);
 
+// One product of a batch: y [ncols, w.rows] = x [ncols, w.cols] W^T with its own kernel.
+struct MatTask {
+    QMatrixView w;
+    const BlockQ8_0* x;
+    int ncols;
+    float* y;
+    MatKernel kernel;
+};
+// Independent products in one parallel region (one dispatch instead of one per product): the
+// rows of all tasks form one range, each task starting on a slice-grain boundary, so every
+// output row is computed exactly as mul_mat_q8_0 computes it (rows split, never K).
+void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool);
+
 // Scalar reference of the canonical order for one output: always compiled, used by tests.
 float vec_dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* x, int nblocks);
 

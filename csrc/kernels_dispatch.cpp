@@ -1,6 +1,8 @@
 // Public mul_mat_q8_0 entry point: picks the ISA kernel table once, splits rows over threads.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "cpu_features.h"
@@ -58,6 +60,27 @@ void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
         return;
     }
     pool->parallel_for(w.rows, grain, [&](int begin, int end) { fn(w, x, ncols, y, begin, end); });
+}
+
+void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
+    const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
+    auto fn_of = [&](const MatTask& t) { return t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq; };
+    if (pool == nullptr || pool->size() <= 1) {
+        for (int i = 0; i < n; ++i) fn_of(tasks[i])(tasks[i].w, tasks[i].x, tasks[i].ncols, tasks[i].y, 0, tasks[i].w.rows);
+        return;
+    }
+    // A grain that is a multiple of both kernels' grains, so every slice boundary inside a task
+    // is one its kernel could have seen from mul_mat_q8_0.
+    const int grain = std::lcm(ks->mmvq_grain, ks->mmq_grain);
+    std::vector<int> off(size_t(n) + 1, 0);  // task i owns [off[i], off[i] + rows) of the range
+    for (int i = 0; i < n; ++i) off[i + 1] = off[i] + (tasks[i].w.rows + grain - 1) / grain * grain;
+    pool->parallel_for(off[n], grain, [&](int begin, int end) {
+        for (int i = 0; i < n; ++i) {
+            const int lo = std::max(begin, off[i]) - off[i];
+            const int hi = std::min(end, off[i] + tasks[i].w.rows) - off[i];
+            if (lo < hi) fn_of(tasks[i])(tasks[i].w, tasks[i].x, tasks[i].ncols, tasks[i].y, lo, hi);
+        }
+    });
 }
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k) {

@@ -29,12 +29,12 @@ Scratch::Scratch(const ModelConfig& c) {
     o.resize(W * d);
     ids.resize(W * K);
     wts.resize(W * K);
-    xg.resize(W * d / QK8_0);
-    hq.resize(W * f / QK8_0);
-    gu.resize(W * 2 * f);
-    h.resize(W * f);
-    y.resize(W * d);
-    ey.resize(W * K * d);
+    const size_t moe_cols = W * (K + 1);  // shared expert's columns + one per (token, slot)
+    xg.resize(W * K * d / QK8_0);
+    hq.resize(moe_cols * f / QK8_0);
+    gu.resize(moe_cols * 2 * f);
+    h.resize(moe_cols * f);
+    y.resize(moe_cols * d);
     int max_comp = 0, max_rows = 0;
     for (int r : c.ratios) {
         max_comp = std::max(max_comp, c.max_compressed(r));
@@ -226,7 +226,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
                 rw[size_t(l) * route_stride + size_t(j) * K + k] = sc.wts[size_t(j) * K + k];
             }
     }
-    MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(), sc.ey.data()};
+    MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data()};
     moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
     OpTimer t(stats, kOpHC);
     hc_post_step(w, sc);

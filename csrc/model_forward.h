@@ -43,7 +43,7 @@ struct Scratch {
     std::vector<int32_t> ids;        // [w, top_k]
     std::vector<float> wts;          // [w, top_k]
     std::vector<BlockQ8_0> xg, hq;   // MoE gathers
-    std::vector<float> gu, h, y, ey; // MoE buffers
+    std::vector<float> gu, h, y;     // MoE buffers (shared expert columns, then routed)
     std::vector<float> tmp;          // per-token scratch (hc, attention scores, pooling)
     std::vector<float> logits;       // [w, vocab]
     TraceCapture* trace = nullptr;   // opt-in trace capture (model_trace.h); null = off

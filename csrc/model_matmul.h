@@ -69,6 +69,20 @@ struct Matmul {
         stats->matmul_calls += 1;
         stats->used_mmq = stats->used_mmq || mmq;
     }
+    // Several independent products in one dispatch (mul_mat_q8_0_batch); each task's kernel is
+    // chosen from its own ncols exactly as a single call would, and counted as one call.
+    // tasks[i].kernel is set here.
+    void batch(MatTask* tasks, int n) const {
+        OpTimer t(*stats, kOpMatmul);
+        for (int i = 0; i < n; ++i) {
+            const bool mmq = mode.approximate || tasks[i].ncols > mode.mmvq_max_ncols;
+            tasks[i].kernel = mmq ? MatKernel::kMMQ : MatKernel::kMMVQ;
+            stats->weight_bytes += tasks[i].w.bytes();
+            stats->matmul_calls += 1;
+            stats->used_mmq = stats->used_mmq || mmq;
+        }
+        mul_mat_q8_0_batch(tasks, n, pool);
+    }
 };
 
 }  // namespace dq

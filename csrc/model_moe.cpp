@@ -45,56 +45,56 @@ void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_la
     for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * c.routed_scale;
 }
 
-namespace {
-// FFN of one expert on ncols gathered columns: xg [ncols, d/32] -> y [ncols, d].
-void expert_ffn(const ModelConfig& c, const QMatrix& w13, const QMatrix& w2, const Matmul& mm,
-                const BlockQ8_0* xg, int ncols, const MoeScratch& s, StepStats& stats) {
-    const int f = c.d_ff;
-    mm(w13, xg, ncols, s.gu);
+// The whole MoE of a step in three dispatches. Columns are laid out shared expert first (ntok
+// columns), then each routed expert's gathered columns in expert index order:
+//   1. every expert's w13 on its columns, one batch    gu [cols, 2 d_ff]
+//   2. clamped SwiGLU + quantization of all columns    hq [cols, d_ff / 32]
+//   3. every expert's w2 on its columns, one batch     y  [cols, d]
+// Each product and each column's SwiGLU are computed exactly as one expert at a time would, so
+// the bits do not depend on the grouping; the combine keeps the fixed order (shared, then slots).
+void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, const BlockQ8_0* xq,
+              int ntok, const int32_t* ids, const float* wts, float* out, const MoeScratch& s,
+              StepStats& stats) {
+    const int d = c.d_model, K = c.top_k, f = c.d_ff;
+    const size_t nb = size_t(d / QK8_0), fb = size_t(f / QK8_0);
+    std::vector<MatTask> up(size_t(c.n_experts) + 1), down(size_t(c.n_experts) + 1);
+    std::vector<int> col_of(size_t(ntok) * K);  // (token, slot) -> its column of y
+    int ntask = 0, ncols = 0;
+    auto add = [&](const QMatrix& w13, const QMatrix& w2, const BlockQ8_0* x, int nc) {
+        up[ntask] = MatTask{w13.view(), x, nc, s.gu + size_t(ncols) * 2 * f, MatKernel::kMMVQ};
+        down[ntask] = MatTask{w2.view(), s.hq + size_t(ncols) * fb, nc, s.y + size_t(ncols) * d, MatKernel::kMMVQ};
+        ++ntask;
+        ncols += nc;
+    };
+    add(w.shared_w13, w.shared_w2, xq, ntok);  // shared expert: every column
+    {
+        OpTimer timer(stats, kOpPerToken);
+        for (int e = 0; e < c.n_experts; ++e) {  // routed experts in index order, own columns only
+            BlockQ8_0* xg = s.xg + size_t(ncols - ntok) * nb;
+            int nc = 0;
+            for (int t = 0; t < ntok; ++t)
+                for (int k = 0; k < K; ++k)
+                    if (ids[t * K + k] == e) {
+                        std::memcpy(xg + size_t(nc) * nb, xq + size_t(t) * nb, nb * sizeof(BlockQ8_0));
+                        col_of[t * K + k] = ncols + nc;
+                        ++nc;
+                    }
+            if (nc > 0) add(w.exp_w13[e], w.exp_w2[e], xg, nc);
+        }
+    }
+    mm.batch(up.data(), ntask);
     {
         OpTimer timer(stats, kOpPerToken);
         par_swiglu_quantize(mm.pool, s.gu, s.h, s.hq, ncols, f, c.swiglu_limit);
     }
-    mm(w2, s.hq, ncols, s.y);
-}
-}  // namespace
-
-void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, const BlockQ8_0* xq,
-              int ntok, const int32_t* ids, const float* wts, float* out, const MoeScratch& s,
-              StepStats& stats) {
-    const int d = c.d_model, K = c.top_k;
-    const size_t nb = size_t(d / QK8_0);
-    // Shared expert: every column.
-    expert_ffn(c, w.shared_w13, w.shared_w2, mm, xq, ntok, s, stats);
-    std::memcpy(out, s.y, sizeof(float) * size_t(ntok) * d);
-    // Routed experts in index order, each on only the columns routed to it.
-    int col_tok[kMaxStep], col_slot[kMaxStep];
-    for (int e = 0; e < c.n_experts; ++e) {
-        int nc = 0;
-        for (int t = 0; t < ntok; ++t)
-            for (int k = 0; k < K; ++k)
-                if (ids[t * K + k] == e) {
-                    col_tok[nc] = t;
-                    col_slot[nc] = k;
-                    ++nc;
-                }
-        if (nc == 0) continue;
-        {
-            OpTimer timer(stats, kOpPerToken);
-            for (int j = 0; j < nc; ++j)
-                std::memcpy(s.xg + size_t(j) * nb, xq + size_t(col_tok[j]) * nb, nb * sizeof(BlockQ8_0));
-        }
-        expert_ffn(c, w.exp_w13[e], w.exp_w2[e], mm, s.xg, nc, s, stats);
-        for (int j = 0; j < nc; ++j)
-            std::memcpy(s.ey + (size_t(col_tok[j]) * K + col_slot[j]) * d, s.y + size_t(j) * d,
-                        sizeof(float) * d);
-    }
+    mm.batch(down.data(), ntask);
     OpTimer timer(stats, kOpPerToken);
     for (int t = 0; t < ntok; ++t) {
         float* o = out + size_t(t) * d;
+        std::memcpy(o, s.y + size_t(t) * d, sizeof(float) * d);  // the shared expert's column t
         for (int k = 0; k < K; ++k) {
             const float wk = wts[t * K + k];
-            const float* y = s.ey + (size_t(t) * K + k) * d;
+            const float* y = s.y + size_t(col_of[t * K + k]) * d;
             for (int i = 0; i < d; ++i) o[i] += wk * y[i];
         }
     }

@@ -21,12 +21,11 @@ void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_la
                        int token, int32_t* ids, float* wts, float* scratch);
 
 struct MoeScratch {
-    BlockQ8_0* xg;   // [w, d/32] gathered activations
-    float* gu;       // [w, 2*d_ff]
-    float* h;        // [w, d_ff]
-    BlockQ8_0* hq;   // [w, d_ff/32]
-    float* y;        // [w, d]
-    float* ey;       // [w, top_k, d] routed expert outputs by (token, slot)
+    BlockQ8_0* xg;   // [w * top_k, d/32] routed experts' gathered activations
+    float* gu;       // [w * (top_k + 1), 2*d_ff] columns: shared expert's, then routed experts'
+    float* h;        // [w * (top_k + 1), d_ff]
+    BlockQ8_0* hq;   // [w * (top_k + 1), d_ff/32]
+    float* y;        // [w * (top_k + 1), d]
 };
 
 // xq: [w, d/32] quantized normed FFN input; ids/wts: [w, top_k]; out: [w, d].

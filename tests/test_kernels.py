@@ -152,6 +152,25 @@ def test_mmvq_bitwise_equals_reference_every_ncols_path_and_thread_count(path, r
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_batched_products_equal_single_calls_bitwise(path):
+    """mul_mat_batch (the grouped MoE dispatch) computes every product exactly as mul_mat does,
+    whatever the mix of shapes, kernels and column counts and however the rows are split."""
+    rng = np.random.default_rng(11)
+    items = [(_quantized(rng, rows, k), _quantized(rng, n, k), kern)
+             for rows, k, n, kern in [(33, 96, 1, "mmvq"), (1, 32, 3, "mmvq"), (257, 160, 4, "mmvq"),
+                                      (13, 4096, 2, "mmvq"), (40, 64, 12, "mmq"), (7, 64, 8, "mmvq")]]
+    assert K.set_simd_path(path)
+    singles = [K.mul_mat(w, x, kern, 1) for w, x, kern in items]
+    for threads in (1, 2, 3):
+        got = K.mul_mat_batch(items, threads)
+        assert len(got) == len(items)
+        for y, ref in zip(got, singles):
+            assert y.shape == ref.shape and np.array_equal(_bits(y), _bits(ref)), (path, threads)
+    with pytest.raises(ValueError, match="mmvq takes 1..8 columns"):
+        K.mul_mat_batch([(items[0][0], _quantized(rng, 9, 96), "mmvq")])
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_mmvq_column_independent_of_band_position(path):
     """A column gives the same bits whether it is alone (q1) or at any slot of a band."""
     rng = np.random.default_rng(7)
