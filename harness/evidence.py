@@ -351,9 +351,9 @@ def load_evidence(evidence_dir: Path, *, require_sealed: bool = True) -> Evidenc
     directory; EvidenceInvalid (naming the file) if it is unsealed or a file is malformed.
     """
     evidence_dir = Path(evidence_dir)
-    if not evidence_dir.is_dir():
+    if not os.path.isdir(evidence_dir):  # False, not OSError, for names the OS refuses
         raise UsageError("not an evidence directory", file=str(evidence_dir),
-                         expected="a directory", got="missing" if not evidence_dir.exists() else "a file")
+                         expected="a directory", got="missing" if not os.path.exists(evidence_dir) else "a file")
     manifest, sha = None, None
     if require_sealed:
         reason = incomplete_reason(evidence_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
+import os
 import re
 import sys
 import tomllib
@@ -187,12 +188,13 @@ def locate(spec: str | None) -> tuple[Path, bool]:
     """Resolve PROTOCOL (a path or a bundled name) to a file; returns (path, is_bundled)."""
     spec = spec or DEFAULT_PROTOCOL
     candidate = Path(spec)
-    if candidate.suffix == ".toml" or "/" in spec or candidate.exists():
-        if not candidate.is_file():
+    # os.path answers False for names the OS refuses (too long, NUL); Path.exists raises.
+    if candidate.suffix == ".toml" or "/" in spec or os.path.exists(candidate):
+        if not os.path.isfile(candidate):
             raise UsageError("no such protocol file", file=spec)
         return candidate, False
     bundled = bundled_dir() / f"{spec}.toml"
-    if bundled.is_file():
+    if os.path.isfile(bundled):
         return bundled, True
     names = ", ".join(bundled_names()) or "none"
     raise UsageError(f"unknown protocol {spec!r}: not a file and not a bundled protocol "
@@ -510,7 +512,7 @@ def _prompts(ck: _Checker, items, kind: str, base_dir: Path) -> list[dict]:
 def _read_prompt_file(ck: _Checker, path: str, rel: str, base_dir: Path) -> str:
     for root in (base_dir, bundled_dir()):
         candidate = root / rel
-        if candidate.is_file():
+        if os.path.isfile(candidate):
             try:
                 return candidate.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:

@@ -85,8 +85,8 @@ def _verify(root: Path, result: VerifyResult) -> None:
     if os.path.islink(root):
         result.add(".", "the evidence directory itself is a symbolic link")
         return
-    if not root.is_dir():
-        result.add(".", "not a directory" if root.exists() else "does not exist")
+    if not os.path.isdir(root):  # os.path: False (not OSError) for names the OS refuses
+        result.add(".", "not a directory" if os.path.exists(root) else "does not exist")
         return
     reason = incomplete_reason(root)
     if reason:

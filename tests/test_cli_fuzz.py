@@ -87,6 +87,20 @@ def test_fuzzed_command_lines_never_trace(paths, tmp_path, monkeypatch):
     assert seen["cases"] >= 400 and set(seen["codes"]) & {1, 2}
 
 
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("engine-info", "bogus")])
+def test_a_name_too_long_for_the_os_is_a_usage_error(command, tmp_path, monkeypatch):
+    """A 300-character protocol name or path (ENAMETOOLONG from stat) once escaped `run` as an
+    OSError (found by the fuzz test above); every command answers with an exit code instead."""
+    monkeypatch.chdir(tmp_path)
+    refuse = FakeScript(fail_prepare="engine start refused")
+    for kind in list(targets.TARGETS):
+        monkeypatch.setitem(targets.TARGETS, kind, lambda proto, arm: FakeTarget(arm["id"], refuse))
+    result = CliRunner().invoke(main, [command, "x" * 300])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (1, 2, 3), result.output
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("args", [
     ["verify", "{garbage}"], ["verify", "{partial}"], ["report", "{partial}", "--format", "x"],
     ["gate", "{sealed}", "--min-gain", "nan"], ["gate", "{sealed}", "--junit", "{file_as_dir}"],
