@@ -189,6 +189,13 @@ __device__ __forceinline__ float pairwise_sum(const float* p, int stride) {
     }
 }
 
+// The order's warp step: the xor butterfly (offsets 16, 8, 4, 2, 1; each step v + shfl(v)).
+__device__ __forceinline__ float warp_butterfly(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 // The order's tail: the xor butterfly in each warp, then the fixed pairwise tree over the row
 // group's P warps through shared memory; one thread per (row, column) stores.
 template <int NC, int R, int P>
@@ -201,9 +208,7 @@ __device__ __forceinline__ void mmvq_reduce_store(float (&acc)[R][NC], float (&p
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-            float v = acc[r][c];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            const float v = warp_butterfly(acc[r][c]);
             if (lane == 0) part[warp][r][c] = v;
         }
     if constexpr (P > 1) __syncthreads();
@@ -494,9 +499,7 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
-            float v = acc[r][c];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            const float v = warp_butterfly(acc[r][c]);
             if (lane == 0) part[w][r][c0 + c] = v;
         }
     __syncthreads();
