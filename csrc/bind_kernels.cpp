@@ -96,56 +96,53 @@ F32Array dequantize(const py::array& bin, int k) {
     return out;
 }
 
-F32Array mul_mat(const py::array& win, const py::array& xin, const std::string& kernel_name,
-                 int threads) {
+// One validated product for mul_mat / mul_mat_batch: its arrays (kept alive and contiguous for
+// the call), the output, and the task that points into them.
+struct BoundProduct {
+    U8Array w, x;
+    F32Array y;
+    MatTask task;
+};
+
+BoundProduct bind_product(const py::array& win, const py::array& xin, const std::string& kernel_name) {
     const MatKernel kernel = parse_kernel(kernel_name);
-    const U8Array w = as_blocks(win, "w");
-    const U8Array x = as_blocks(xin, "x");
-    const int k = check_blocks(w, "w");
-    if (check_blocks(x, "x") != k) throw py::value_error("w and x must have the same k");
-    const int rows = int(w.shape(0)), ncols = int(x.shape(0));
+    BoundProduct p{as_blocks(win, "w"), as_blocks(xin, "x"), F32Array(), {}};
+    const int k = check_blocks(p.w, "w");
+    if (check_blocks(p.x, "x") != k) throw py::value_error("w and x must have the same k");
+    const int rows = int(p.w.shape(0)), ncols = int(p.x.shape(0));
     if (rows < 1 || ncols < 1) throw py::value_error("w and x need at least one row each");
     if (kernel == MatKernel::kMMVQ && ncols > 8) {
         throw py::value_error("mmvq takes 1..8 columns, got " + std::to_string(ncols));
     }
+    p.y = F32Array({py::ssize_t(ncols), py::ssize_t(rows)});
+    p.task = MatTask{QMatrixView{reinterpret_cast<const BlockQ8_0*>(p.w.data()), rows, k},
+                     reinterpret_cast<const BlockQ8_0*>(p.x.data()), ncols, p.y.mutable_data(), kernel};
+    return p;
+}
+
+F32Array mul_mat(const py::array& win, const py::array& xin, const std::string& kernel_name,
+                 int threads) {
+    const BoundProduct p = bind_product(win, xin, kernel_name);
     if (threads < 1) throw py::value_error("threads must be >= 1");
-    F32Array y({py::ssize_t(ncols), py::ssize_t(rows)});
-    const QMatrixView view{reinterpret_cast<const BlockQ8_0*>(w.data()), rows, k};
-    const auto* xb = reinterpret_cast<const BlockQ8_0*>(x.data());
-    float* yp = y.mutable_data();
     {
         py::gil_scoped_release release;
         std::unique_ptr<ThreadPool> pool;
         if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
-        mul_mat_q8_0(view, xb, ncols, yp, kernel, pool.get());
+        mul_mat_q8_0(p.task.w, p.task.x, p.task.ncols, p.task.y, p.task.kernel, pool.get());
     }
-    return y;
+    return p.y;
 }
 
 // Several products in one dispatch (the grouped MoE path): [(w, x, kernel), ...] -> [y, ...].
 py::list mul_mat_batch(const py::list& items, int threads) {
     if (threads < 1) throw py::value_error("threads must be >= 1");
-    std::vector<U8Array> keep;  // the arrays stay alive (and contiguous) across the call
-    std::vector<F32Array> ys;
+    std::vector<BoundProduct> products;
     std::vector<MatTask> tasks;
     for (const py::handle& it : items) {
         const auto t = it.cast<py::tuple>();
         if (t.size() != 3) throw py::value_error("each item is (w, x, kernel)");
-        const MatKernel kernel = parse_kernel(t[2].cast<std::string>());
-        keep.push_back(as_blocks(t[0].cast<py::array>(), "w"));
-        keep.push_back(as_blocks(t[1].cast<py::array>(), "x"));
-        const U8Array& w = keep[keep.size() - 2];
-        const U8Array& x = keep.back();
-        const int k = check_blocks(w, "w");
-        if (check_blocks(x, "x") != k) throw py::value_error("w and x must have the same k");
-        const int rows = int(w.shape(0)), ncols = int(x.shape(0));
-        if (rows < 1 || ncols < 1) throw py::value_error("w and x need at least one row each");
-        if (kernel == MatKernel::kMMVQ && ncols > 8)
-            throw py::value_error("mmvq takes 1..8 columns, got " + std::to_string(ncols));
-        ys.emplace_back(std::vector<py::ssize_t>{py::ssize_t(ncols), py::ssize_t(rows)});
-        tasks.push_back(MatTask{QMatrixView{reinterpret_cast<const BlockQ8_0*>(w.data()), rows, k},
-                                reinterpret_cast<const BlockQ8_0*>(x.data()), ncols, ys.back().mutable_data(),
-                                kernel});
+        products.push_back(bind_product(t[0].cast<py::array>(), t[1].cast<py::array>(), t[2].cast<std::string>()));
+        tasks.push_back(products.back().task);
     }
     {
         py::gil_scoped_release release;
@@ -154,7 +151,7 @@ py::list mul_mat_batch(const py::list& items, int threads) {
         mul_mat_q8_0_batch(tasks.data(), int(tasks.size()), pool.get());
     }
     py::list out;
-    for (auto& y : ys) out.append(y);
+    for (const auto& p : products) out.append(p.y);
     return out;
 }
 

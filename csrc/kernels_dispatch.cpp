@@ -64,9 +64,11 @@ void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
 
 void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
     const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
-    auto fn_of = [&](const MatTask& t) { return t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq; };
+    auto run = [&](const MatTask& t, int lo, int hi) {  // rows [lo, hi) of one product
+        (t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq)(t.w, t.x, t.ncols, t.y, lo, hi);
+    };
     if (pool == nullptr || pool->size() <= 1) {
-        for (int i = 0; i < n; ++i) fn_of(tasks[i])(tasks[i].w, tasks[i].x, tasks[i].ncols, tasks[i].y, 0, tasks[i].w.rows);
+        for (int i = 0; i < n; ++i) run(tasks[i], 0, tasks[i].w.rows);
         return;
     }
     // A grain that is a multiple of both kernels' grains, so every slice boundary inside a task
@@ -78,7 +80,7 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
         for (int i = 0; i < n; ++i) {
             const int lo = std::max(begin, off[i]) - off[i];
             const int hi = std::min(end, off[i] + tasks[i].w.rows) - off[i];
-            if (lo < hi) fn_of(tasks[i])(tasks[i].w, tasks[i].x, tasks[i].ncols, tasks[i].y, lo, hi);
+            if (lo < hi) run(tasks[i], lo, hi);
         }
     });
 }

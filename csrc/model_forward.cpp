@@ -46,7 +46,7 @@ Scratch::Scratch(const ModelConfig& c) {
                                   size_t(2 * c.n_experts)});
     tmp.resize(need);
     logits.resize(W * c.vocab);
-    tok_stride = std::max(hc * d + d + size_t(c.hc_dyn_rows()), size_t(c.n_experts));
+    tok_stride = std::max(d + size_t(c.hc_dyn_rows()), size_t(c.n_experts));  // HC pre: mean | dyn; router logits
     tok_tmp_buf.resize(W * tok_stride);
     score_stride = size_t(max_comp + c.n_swa);
     score_buf.resize(W * size_t(c.n_heads) * score_stride);

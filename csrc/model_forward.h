@@ -49,7 +49,7 @@ struct Scratch {
     TraceCapture* trace = nullptr;   // opt-in trace capture (model_trace.h); null = off
     // Per-token scratch for ops that run in parallel over tokens / (token, head) items.
     size_t tok_stride = 0, score_stride = 0;
-    std::vector<float> tok_tmp_buf;  // [kMaxStep, hc*d + d + dyn_rows]
+    std::vector<float> tok_tmp_buf;  // [kMaxStep, max(d + dyn_rows, n_experts)]
     std::vector<float> score_buf;    // [kMaxStep * n_heads, max_compressed + n_swa]
     float* tok_tmp(int j) { return tok_tmp_buf.data() + size_t(j) * tok_stride; }
     float* att_scores(int item) { return score_buf.data() + size_t(item) * score_stride; }

@@ -62,26 +62,27 @@ struct Matmul {
     StepStats* stats;
     // Y (ncols, W.rows) = X (ncols, W.cols) @ W^T; X already quantized to Q8_0.
     void operator()(const QMatrix& w, const BlockQ8_0* x, int ncols, float* y) const {
-        const bool mmq = mode.approximate || ncols > mode.mmvq_max_ncols;
         OpTimer t(*stats, kOpMatmul);
-        mul_mat_q8_0(w.view(), x, ncols, y, mmq ? MatKernel::kMMQ : MatKernel::kMMVQ, pool);
-        stats->weight_bytes += w.bytes();
-        stats->matmul_calls += 1;
-        stats->used_mmq = stats->used_mmq || mmq;
+        mul_mat_q8_0(w.view(), x, ncols, y, issue(w.view(), ncols), pool);
     }
     // Several independent products in one dispatch (mul_mat_q8_0_batch); each task's kernel is
     // chosen from its own ncols exactly as a single call would, and counted as one call.
     // tasks[i].kernel is set here.
     void batch(MatTask* tasks, int n) const {
         OpTimer t(*stats, kOpMatmul);
-        for (int i = 0; i < n; ++i) {
-            const bool mmq = mode.approximate || tasks[i].ncols > mode.mmvq_max_ncols;
-            tasks[i].kernel = mmq ? MatKernel::kMMQ : MatKernel::kMMVQ;
-            stats->weight_bytes += tasks[i].w.bytes();
-            stats->matmul_calls += 1;
-            stats->used_mmq = stats->used_mmq || mmq;
-        }
+        for (int i = 0; i < n; ++i) tasks[i].kernel = issue(tasks[i].w, tasks[i].ncols);
         mul_mat_q8_0_batch(tasks, n, pool);
+    }
+
+private:
+    // The kernel for one product (MMQ when approximate or wider than the narrow-MMVQ cap), and
+    // its count: the weight bytes it streams, one call.
+    MatKernel issue(const QMatrixView& w, int ncols) const {
+        const bool mmq = mode.approximate || ncols > mode.mmvq_max_ncols;
+        stats->weight_bytes += w.bytes();
+        stats->matmul_calls += 1;
+        stats->used_mmq = stats->used_mmq || mmq;
+        return mmq ? MatKernel::kMMQ : MatKernel::kMMVQ;
     }
 };
 
