@@ -533,8 +533,11 @@ MmvqFn mmvq_tma_fn(int nc) {
     }
 }
 
+// Dynamic shared memory of mode 3: U stages of R rows x G chunks, each qs plus fp16 scales.
 size_t mmvq_tma_smem(const MmvqConfig& c) {
-    return size_t(c.unroll) * c.rows_per_warp * std::max(1, c.stage_chunks) * (16 * 32 * 4 + 2 * 64);
+    constexpr size_t kChunkBytes = 16 * 32 * 4;                // a row's chunk at P = 4 (the only P built)
+    constexpr size_t kChunkScaleBytes = 2 * (kChunkBytes / kQK);  // its fp16 scales
+    return size_t(c.unroll) * c.rows_per_warp * std::max(1, c.stage_chunks) * (kChunkBytes + kChunkScaleBytes);
 }
 
 // Instantiated variants (all with P = 4, the canonical warps per row).
@@ -569,28 +572,38 @@ MmvqFn mmvq_pick(int nc, const MmvqConfig& c, int p) {
     return nullptr;
 }
 
-// Ask for the largest L1 (the kernels' shared memory is at most a few KB): every CTA of an SM
-// re-reads the activations from L1. Once per kernel.
-void prefer_l1(const void* fn) {
-    static std::mutex mu;
-    static std::set<const void*> done;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!done.insert(fn).second) return;
-    if (cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxL1) != cudaSuccess) {
-        cudaGetLastError();  // a hint only; clear the error so the launch check does not see it
+// Kernel attributes are set on a kernel's first launch only; the lock is held while they are
+// set, so no launch of that kernel can run ahead of them.
+class OncePerKernel {
+public:
+    template <class F>
+    void run(const void* fn, F&& set) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (done_.insert(fn).second) set();
     }
+
+private:
+    std::mutex mu_;
+    std::set<const void*> done_;
+};
+
+// Ask for the largest L1 (the kernels' shared memory is at most a few KB): every CTA of an SM
+// re-reads the activations from L1.
+void prefer_l1(const void* fn) {
+    static OncePerKernel once;
+    once.run(fn, [&] {
+        if (cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxL1) != cudaSuccess) {
+            cudaGetLastError();  // a hint only; clear the error so the launch check does not see it
+        }
+    });
 }
 
 // The bulk-copy mode's ring lives in shared memory but the activations are read through L1,
 // which shares the same storage. Ask for just the shared memory that the register-limited number
 // of blocks per SM needs, so the rest stays L1 (the driver's default would give shared memory
-// everything, and the activations would then come from L2). Once per kernel.
-void tma_carveout(const void* fn, size_t smem, int threads) {
-    static std::mutex mu;
-    static std::set<const void*> done;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!done.insert(fn).second) return;
+// everything, and the activations would then come from L2).
+void tma_carveout_once(const void* fn, size_t smem, int threads) {
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
         throw std::runtime_error("dq::cuda::mmvq: " + std::to_string(smem) + " bytes of shared memory refused");
@@ -609,6 +622,11 @@ void tma_carveout(const void* fn, size_t smem, int threads) {
     const int pct = int((want * 100 + prop.sharedMemPerMultiprocessor - 1) / prop.sharedMemPerMultiprocessor);
     if (cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(100, pct)) != cudaSuccess)
         cudaGetLastError();
+}
+
+void tma_carveout(const void* fn, size_t smem, int threads) {
+    static OncePerKernel once;
+    once.run(fn, [&] { tma_carveout_once(fn, smem, threads); });
 }
 
 void validate(const Q8Weights& w, const Q8Acts& x, const float* y, int max_ncols) {
