@@ -8,6 +8,14 @@
 
 #include "model_ops.h"
 
+// attn_head gets an AVX2 clone picked at load time beside the portable default, as the hot
+// loops of model_ops.cpp do: the same per-element mul-then-add (no contraction), so the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !DQ_SANITIZE
+#define DQ_ATTN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DQ_ATTN_CLONES
+#endif
+
 namespace dq {
 
 LayerState make_layer_state(const ModelConfig& c, int layer) {
@@ -40,7 +48,7 @@ void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos
     for (int h = 0; h < c.n_heads; ++h) attn_head(c, s, q, pos, h, out, scores);
 }
 
-void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
+DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
                float* scores) {
     const int hd = c.head_dim, cap = c.window_cap();
     const int lo = std::max(0, pos - c.n_swa + 1);

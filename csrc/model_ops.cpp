@@ -34,29 +34,53 @@ DQ_OPS_CLONES float dot_f32(const float* a, const float* b, int n) {
     return tree8(acc);
 }
 
-DQ_OPS_CLONES void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
-    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of 4 so the
-    // accumulators stay in registers; per column exactly dot_f32's lanes and tree.
-    for (int c0 = 0; c0 < ncols; c0 += 4) {
-        const int nc = ncols - c0 < 4 ? ncols - c0 : 4;
-        float acc[4][8] = {};
-        int i = 0;
-        for (; i + 8 <= n; i += 8) {
-            // The rows a (HC w_dyn, router) come from DRAM every step (the Q8_0 weight stream
-            // evicts them) and each 4 KiB row restarts the hardware prefetcher: run 2 KiB
-            // ahead, into the next row of the caller's contiguous rows. A hint only (never
-            // faults past the end); it does not touch the arithmetic.
-            if ((i & 15) == 0) __builtin_prefetch(a + i + kDotPrefetchFloats);
-            for (int c = 0; c < nc; ++c) {
-                const float* bc = b[c0 + c];
-                for (int j = 0; j < 8; ++j) acc[c][j] += a[i + j] * bc[i + j];
-            }
+namespace {
+// 8 fp32 lanes as a GCC vector: one ymm in the AVX2 clone, two xmm in the default one; either
+// way each lane is its own IEEE mul and add, so both clones give the same bits.
+// NC columns against one row a, NC fixed at compile time and the lanes written as vectors so the
+// accumulators stay in registers (with a run-time NC and plain arrays, GCC kept them on the stack
+// and multiplied lane by lane in scalar code). Per column exactly dot_f32's lanes and tree.
+typedef float F32x8 __attribute__((vector_size(32)));
+
+template <int NC>
+DQ_OPS_CLONES void dot_f32_cols_n(const float* a, const float* const* b, int n, float* out) {
+    F32x8 acc[NC];
+    const float* bc[NC];
+    for (int c = 0; c < NC; ++c) {
+        acc[c] = F32x8{};
+        bc[c] = b[c];
+    }
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        // The rows a (HC w_dyn, router) come from DRAM every step (the Q8_0 weight stream
+        // evicts them) and each 4 KiB row restarts the hardware prefetcher: run 2 KiB
+        // ahead, into the next row of the caller's contiguous rows. A hint only (never
+        // faults past the end); it does not touch the arithmetic.
+        if ((i & 15) == 0) __builtin_prefetch(a + i + kDotPrefetchFloats);
+        F32x8 av, bv;
+        std::memcpy(&av, a + i, sizeof av);
+        for (int c = 0; c < NC; ++c) {
+            std::memcpy(&bv, bc[c] + i, sizeof bv);
+            acc[c] += av * bv;
         }
-        for (int c = 0; c < nc; ++c) {
-            const float* bc = b[c0 + c];
-            float* ac = acc[c];
-            for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += a[t] * bc[t];
-            out[c0 + c] = tree8(ac);
+    }
+    for (int c = 0; c < NC; ++c) {
+        float ac[8];
+        std::memcpy(ac, &acc[c], sizeof ac);
+        for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += a[t] * bc[c][t];
+        out[c] = tree8(ac);
+    }
+}
+}  // namespace
+
+void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
+    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of up to 4.
+    for (int c0 = 0; c0 < ncols; c0 += 4) {
+        switch (ncols - c0 < 4 ? ncols - c0 : 4) {
+            case 1: dot_f32_cols_n<1>(a, b + c0, n, out + c0); break;
+            case 2: dot_f32_cols_n<2>(a, b + c0, n, out + c0); break;
+            case 3: dot_f32_cols_n<3>(a, b + c0, n, out + c0); break;
+            default: dot_f32_cols_n<4>(a, b + c0, n, out + c0); break;
         }
     }
 }

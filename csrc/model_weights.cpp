@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <cmath>
+#include <cstring>
 #include <new>
 
 #include "threadpool.h"
@@ -46,12 +47,23 @@ size_t WeightArena::footprint(size_t nblocks) {
     return (nblocks * sizeof(BlockQ8_0) + kLine - 1) / kLine * kLine;
 }
 
-BlockQ8_0* WeightArena::take(size_t nblocks) {
-    const size_t need = footprint(nblocks);
-    if (used_ + need > size_) throw std::bad_alloc();  // callers size the arena first
-    auto* p = reinterpret_cast<BlockQ8_0*>(static_cast<char*>(base_) + used_);
-    used_ += need;
+size_t WeightArena::footprint_floats(size_t n) { return (n * sizeof(float) + kLine - 1) / kLine * kLine; }
+
+namespace {
+void* bump(void* base, size_t size, size_t& used, size_t need) {
+    if (used + need > size) throw std::bad_alloc();  // callers size the arena first
+    void* p = static_cast<char*>(base) + used;
+    used += need;
     return p;
+}
+}  // namespace
+
+BlockQ8_0* WeightArena::take(size_t nblocks) {
+    return static_cast<BlockQ8_0*>(bump(base_, size_, used_, footprint(nblocks)));
+}
+
+float* WeightArena::take_floats(size_t n) {
+    return static_cast<float*>(bump(base_, size_, used_, footprint_floats(n)));
 }
 
 namespace {
@@ -118,15 +130,24 @@ QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool,
     return m;
 }
 
-HCParams gen_hc(const ModelConfig& c, uint64_t seed, uint64_t tensor, int layer) {
+// Generated values copied into the arena (same values as gen_f32 alone).
+F32Rows arena_rows(const std::vector<float>& v, const std::shared_ptr<WeightArena>& arena) {
+    F32Rows r{arena, arena->take_floats(v.size()), v.size()};
+    std::memcpy(r.ptr, v.data(), v.size() * sizeof(float));
+    return r;
+}
+
+HCParams gen_hc(const ModelConfig& c, uint64_t seed, uint64_t tensor, int layer,
+                const std::shared_ptr<WeightArena>& arena) {
     const int hc = c.hc_mult;
     HCParams p;
     p.static_pre = gen_f32(hc, stream_id(seed, tensor, layer, 1), 0.0f, 0.5f);
     p.static_post = gen_f32(hc, stream_id(seed, tensor, layer, 2), 0.0f, 0.5f);
     p.static_res = gen_f32(size_t(hc) * hc, stream_id(seed, tensor, layer, 3), 0.0f, 0.5f);
     for (int i = 0; i < hc; ++i) p.static_res[size_t(i) * hc + i] += 2.0f;  // near-identity mixing
-    p.w_dyn = gen_f32(size_t(c.hc_dyn_rows()) * c.d_model, stream_id(seed, tensor, layer, 4), 0.0f,
-                      1.0f / std::sqrt(float(c.d_model)));
+    p.w_dyn = arena_rows(gen_f32(size_t(c.hc_dyn_rows()) * c.d_model, stream_id(seed, tensor, layer, 4), 0.0f,
+                                 1.0f / std::sqrt(float(c.d_model))),
+                         arena);
     p.dyn_scale = 0.5f;
     return p;
 }
@@ -144,9 +165,12 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
     w.hc_final = gen_f32(c.hc_mult, stream_id(s, kHcFinal, 0, 0), 1.0f / c.hc_mult, 0.1f / c.hc_mult);
     w.lm_head = gen_q8(c.vocab, d, stream_id(s, kLmHead, 0, 0), 3.0f * inv_sqrt_d, pool,
                        std::make_shared<WeightArena>(q8_footprint(c.vocab, d)));
-    // One arena per layer holds its attention, shared-expert and expert matrices.
+    // One arena per layer holds its attention, shared-expert and expert matrices, then its
+    // per-step F32 rows (router, the two HC dyn projections).
     const size_t layer_bytes = q8_footprint(c.proj_rows(), d) + q8_footprint(d, c.q_dim()) +
-                               size_t(c.n_experts + 1) * (q8_footprint(2 * f, d) + q8_footprint(d, f));
+                               size_t(c.n_experts + 1) * (q8_footprint(2 * f, d) + q8_footprint(d, f)) +
+                               WeightArena::footprint_floats(size_t(c.n_experts) * d) +
+                               2 * WeightArena::footprint_floats(size_t(c.hc_dyn_rows()) * d);
     w.q8_bytes += w.lm_head.bytes();
     w.layers.resize(c.n_layers);
     for (int l = 0; l < c.n_layers; ++l) {
@@ -161,7 +185,8 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
         const auto arena = std::make_shared<WeightArena>(layer_bytes);
         L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool, arena);
         L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool, arena);
-        L.router = gen_f32(size_t(c.n_experts) * d, stream_id(s, kRouter, l, 0), 0.0f, 2.0f * inv_sqrt_d);
+        L.router = arena_rows(gen_f32(size_t(c.n_experts) * d, stream_id(s, kRouter, l, 0), 0.0f, 2.0f * inv_sqrt_d),
+                              arena);
         L.router_bias = gen_f32(c.n_experts, stream_id(s, kRouterBias, l, 0), 0.0f, 0.2f);
         if (l < c.n_hash_layers) {
             L.tid2eid.resize(size_t(c.vocab) * c.top_k);
@@ -190,8 +215,8 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
             L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool, arena);
             w.q8_bytes += L.exp_w13[e].bytes() + L.exp_w2[e].bytes();
         }
-        L.hc_attn = gen_hc(c, s, kHcAttn, l);
-        L.hc_ffn = gen_hc(c, s, kHcFfn, l);
+        L.hc_attn = gen_hc(c, s, kHcAttn, l, arena);
+        L.hc_ffn = gen_hc(c, s, kHcFfn, l, arena);
     }
     return w;
 }

@@ -24,8 +24,11 @@ public:
     WeightArena& operator=(const WeightArena&) = delete;
     // n blocks from the bump pointer, 64-byte aligned (each matrix starts on a cache line).
     BlockQ8_0* take(size_t nblocks);
-    // Bytes a matrix of nblocks takes from an arena (its 64-byte rounding included).
+    // n floats from the bump pointer, 64-byte aligned.
+    float* take_floats(size_t n);
+    // Bytes a matrix of nblocks (or n floats) takes from an arena (its 64-byte rounding included).
     static size_t footprint(size_t nblocks);
+    static size_t footprint_floats(size_t n);
     // The whole zero-filled range (at least the bytes asked for), for raw users (probes).
     void* data() const { return base_; }
 
@@ -48,12 +51,25 @@ struct QMatrix {
     size_t bytes() const { return nblocks() * sizeof(BlockQ8_0); }
 };
 
+// F32 rows that every step reads whole (the HC dyn projections and the router, ~256 KB per
+// layer of ds4-mini), stored in the layer's WeightArena beside its Q8_0 matrices. The Q8_0 stream
+// evicts them from the caches every step, so they come from DRAM each time; on huge pages that
+// costs no page walk per 4 KiB row (q1, 2 threads: hc + router ~265 -> ~230 us/token).
+struct F32Rows {
+    std::shared_ptr<WeightArena> arena;  // keeps `ptr` alive
+    float* ptr = nullptr;
+    size_t n = 0;
+    const float* data() const { return ptr; }
+    size_t size() const { return n; }
+    const float& operator[](size_t i) const { return ptr[i]; }
+};
+
 // Hyper-connection parameters of one sublayer (F32, per-token ops).
 struct HCParams {
     std::vector<float> static_pre;   // [hc]
     std::vector<float> static_post;  // [hc]
     std::vector<float> static_res;   // [hc*hc]
-    std::vector<float> w_dyn;        // [(2*hc + hc*hc), d] dynamic coefficients from the mean stream
+    F32Rows w_dyn;                   // [(2*hc + hc*hc), d] dynamic coefficients from the mean stream
     float dyn_scale = 1.0f;
 };
 
@@ -66,7 +82,7 @@ struct LayerWeights {
     std::vector<float> comp_ape;   // [comp_rows(ratio), head_dim] additive score bias per window slot
     QMatrix w_proj;                // [q_dim + 3*head_dim, d]: q | kv | compressor kv | compressor score
     QMatrix w_o;                   // [d, q_dim]
-    std::vector<float> router;       // [n_experts, d]
+    F32Rows router;                  // [n_experts, d]
     std::vector<float> router_bias;  // [n_experts] selection-only bias
     std::vector<int32_t> tid2eid;    // [vocab, top_k] for hash-routed layers, else empty
     QMatrix shared_w13;              // [2*d_ff, d]: gate rows then up rows

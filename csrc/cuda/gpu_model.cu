@@ -110,7 +110,7 @@ struct GpuModelImpl {
     }
     DevHC upload_hc(const HCParams& p) {
         return DevHC{arena.upload(p.static_pre), arena.upload(p.static_post), arena.upload(p.static_res),
-                     arena.upload(p.w_dyn), p.dyn_scale};
+                     arena.upload(p.w_dyn.data(), p.w_dyn.size()), p.dyn_scale};
     }
 };
 
@@ -172,7 +172,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
         D.kv_norm = m.arena.upload(L.kv_norm);
         D.comp_norm = m.arena.upload(L.comp_norm);
         D.comp_ape = m.arena.upload(L.comp_ape);
-        D.router = m.arena.upload(L.router);
+        D.router = m.arena.upload(L.router.data(), L.router.size());
         D.router_bias = m.arena.upload(L.router_bias);
         if (!L.tid2eid.empty()) D.tid2eid = m.arena.upload(L.tid2eid);
         D.w_proj = m.upload_q8(L.w_proj);
