@@ -48,6 +48,11 @@ void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos
     for (int h = 0; h < c.n_heads; ++h) attn_head(c, s, q, pos, h, out, scores);
 }
 
+namespace {
+// 8 fp32 lanes as a GCC vector (see model_ops.cpp): per lane one IEEE mul and one add.
+typedef float F32x8 __attribute__((vector_size(32)));
+}  // namespace
+
 DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
                float* scores) {
     const int hd = c.head_dim, cap = c.window_cap();
@@ -56,17 +61,43 @@ DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const f
     const int nc = s.n_compressed;
     const int n = nc + nwin;
     const float scale = 1.0f / std::sqrt(float(hd));
-    {
-        const float* qh = q + size_t(h) * hd;
-        float* oh = out + size_t(h) * hd;
-        for (int j = 0; j < nc; ++j) scores[j] = dot_f32(qh, &s.compressed[size_t(j) * hd], hd) * scale;
-        for (int i = 0; i < nwin; ++i)
-            scores[nc + i] = dot_f32(qh, &s.window[size_t((lo + i) % cap) * hd], hd) * scale;
-        softmax_inplace(scores, n);
+    const float* qh = q + size_t(h) * hd;
+    float* oh = out + size_t(h) * hd;
+    // Key/value row j: compressed rows first, then the window in position order.
+    auto row = [&](int j) {
+        return j < nc ? &s.compressed[size_t(j) * hd] : &s.window[size_t((lo + j - nc) % cap) * hd];
+    };
+    // Scores, four keys per pass (dot_f32_cols: each bitwise dot_f32(qh, key)), so the four
+    // lane chains overlap instead of one key's 16 dependent adds at a time.
+    for (int j0 = 0; j0 < n; j0 += 4) {
+        const int m = n - j0 < 4 ? n - j0 : 4;
+        const float* keys[4];
+        for (int k = 0; k < m; ++k) keys[k] = row(j0 + k);
+        dot_f32_cols(qh, keys, m, hd, scores + j0);
+        for (int k = 0; k < m; ++k) scores[j0 + k] *= scale;
+    }
+    softmax_inplace(scores, n);
+    // oh[k] = sum over j in order of p_j * v_j[k] (each term one mul, then one add, from 0):
+    // 32 outputs at a time held in registers across all keys instead of re-read per key.
+    if (hd % 32 == 0) {
+        for (int k0 = 0; k0 < hd; k0 += 32) {
+            F32x8 acc[4] = {};
+            for (int j = 0; j < n; ++j) {
+                const float* v = row(j) + k0;
+                const float p = scores[j];
+                const F32x8 pv = {p, p, p, p, p, p, p, p};
+                for (int u = 0; u < 4; ++u) {
+                    F32x8 vv;
+                    std::memcpy(&vv, v + 8 * u, sizeof vv);
+                    acc[u] += pv * vv;
+                }
+            }
+            std::memcpy(oh + k0, acc, sizeof acc);
+        }
+    } else {
         for (int k = 0; k < hd; ++k) oh[k] = 0.0f;
         for (int j = 0; j < n; ++j) {
-            const float* v = j < nc ? &s.compressed[size_t(j) * hd]
-                                    : &s.window[size_t((lo + j - nc) % cap) * hd];
+            const float* v = row(j);
             const float p = scores[j];
             for (int k = 0; k < hd; ++k) oh[k] += p * v[k];
         }

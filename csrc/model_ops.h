@@ -11,9 +11,10 @@ namespace dq {
 
 // Fixed-order dot product of n floats: 8 independent lanes (i % 8), then a fixed tree.
 float dot_f32(const float* a, const float* b, int n);
-// dot_f32 of one row a [n] with each of ncols vectors b[c] [n] (ncols <= kMaxStep): out[c] is
+// dot_f32 of one row a [n] with each of ncols vectors b[c] [n] (any ncols): out[c] is
 // bitwise dot_f32(a, b[c], n) (same lanes, same tree per column); a is read once for all columns,
-// so a band streams an F32 projection row once instead of once per token.
+// so a band streams an F32 projection row once instead of once per token (and attention
+// scores four keys per pass).
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out);
 
 // y = x / rms(x) * gain (gain may be null). x and y may alias. Shape: [n].
