@@ -101,10 +101,13 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));  // exact widening
 }
 
-// Exact int32 -> fp32 for |v| < 2^22 (an integer add and a float subtract instead of I2F, whose
-// throughput is a quarter of the FMA pipe's): 0x4B400000 is 1.5 * 2^23, where one ulp is 1.
-__device__ __forceinline__ float small_int_to_float(int v) {
-    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+// Exact int32 -> fp32 for |v| < 2^22 without I2F (whose throughput is a quarter of the FMA
+// pipe's): 0x4B400000 is the bit pattern of 1.5 * 2^23, where one ulp is 1, so the float whose bits
+// are 0x4B400000 + v is 1.5 * 2^23 + v exactly, and one subtract leaves v. The integer chains
+// start from kBiasBits instead of 0 (the dp4a / mma accumulator input), so the bias costs no add.
+constexpr int kBiasBits = 0x4B400000;
+__device__ __forceinline__ float biased_int_to_float(int biased) {
+    return __fsub_rn(__int_as_float(biased), 12582912.0f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,12 +172,12 @@ __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned s
         const float xs = __ldg(xd + size_t(c) * nb + xboff);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            int isum = __dp4a(wv[r].x, xv.x, 0);
+            int isum = __dp4a(wv[r].x, xv.x, kBiasBits);
             isum = __dp4a(wv[r].y, xv.y, isum);
             isum = __dp4a(wv[r].z, xv.z, isum);
             isum = __dp4a(wv[r].w, xv.w, isum);
             const float sc = __fmul_rn(half_bits_to_float(wd[r]), xs);
-            acc[r][c] = __fmaf_rn(sc, small_int_to_float(isum), acc[r][c]);
+            acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
         }
     }
 }
@@ -470,12 +473,12 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                     const float wd = half_bits_to_float(stage_d(s, r)[k * kChunkBlocks + lb]);
 #pragma unroll
                     for (int c = 0; c < NCH; ++c) {  // the canonical step for (row r, column c0 + c)
-                        int isum = __dp4a(wv.x, xv[c].x, 0);
+                        int isum = __dp4a(wv.x, xv[c].x, kBiasBits);
                         isum = __dp4a(wv.y, xv[c].y, isum);
                         isum = __dp4a(wv.z, xv[c].z, isum);
                         isum = __dp4a(wv.w, xv[c].w, isum);
                         const float sc = __fmul_rn(wd, xs[c]);
-                        acc[r][c] = __fmaf_rn(sc, small_int_to_float(isum), acc[r][c]);
+                        acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
                     }
                 }
             }
@@ -696,12 +699,12 @@ __global__ void __launch_bounds__(32 * kMmqWarps) mmq_kernel(const int8_t* __res
             asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
                 : "=r"(c0), "=r"(c1), "=r"(c2), "=r"(c3)
-                : "r"(av.x), "r"(bv.x), "r"(av.y), "r"(bv.y), "r"(xv.x), "r"(xv.y), "r"(0));
+                : "r"(av.x), "r"(bv.x), "r"(av.y), "r"(bv.y), "r"(xv.x), "r"(xv.y), "r"(kBiasBits));
             const float x0 = __ldg(xdc[j][0] + b), x1 = __ldg(xdc[j][1] + b);
-            acc[j][0] = __fmaf_rn(__fmul_rn(fa, x0), small_int_to_float(c0), acc[j][0]);
-            acc[j][1] = __fmaf_rn(__fmul_rn(fa, x1), small_int_to_float(c1), acc[j][1]);
-            acc[j][2] = __fmaf_rn(__fmul_rn(fb, x0), small_int_to_float(c2), acc[j][2]);
-            acc[j][3] = __fmaf_rn(__fmul_rn(fb, x1), small_int_to_float(c3), acc[j][3]);
+            acc[j][0] = __fmaf_rn(__fmul_rn(fa, x0), biased_int_to_float(c0), acc[j][0]);
+            acc[j][1] = __fmaf_rn(__fmul_rn(fa, x1), biased_int_to_float(c1), acc[j][1]);
+            acc[j][2] = __fmaf_rn(__fmul_rn(fb, x0), biased_int_to_float(c2), acc[j][2]);
+            acc[j][3] = __fmaf_rn(__fmul_rn(fb, x1), biased_int_to_float(c3), acc[j][3]);
         }
     };
     int b = warp;
