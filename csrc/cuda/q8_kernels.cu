@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace dq { namespace cuda {
 
@@ -443,59 +444,79 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NCH; ++c) acc[r][c] = 0.0f;
-    auto slice_exists = [&](int ch) { return ch < nchunks && ch * kChunkBlocks + lb < nb; };
-    auto load_x = [&](int ch, int4 (&v)[NCH], float (&sc)[NCH]) {
-        if (slice_exists(ch)) {
+    // kFull: every chunk of the row and every stage is full (cols a multiple of the stage's
+    // bytes, the shapes mode 3 is tuned for), so the loop needs no per-lane slice checks.
+    auto run = [&](auto full_t) {
+        constexpr bool kFull = decltype(full_t)::value;
+        auto slice_exists = [&](int ch) {
+            return kFull ? ch < nchunks : ch < nchunks && ch * kChunkBlocks + lb < nb;
+        };
+        auto load_x = [&](int ch, int4 (&v)[NCH], float (&sc)[NCH]) {
+            if (slice_exists(ch)) {
 #pragma unroll
-            for (int c = 0; c < NCH; ++c) {
-                v[c] = __ldg(reinterpret_cast<const int4*>(xq + size_t(c0 + c) * cols + size_t(ch) * kChunkBytes + lo));
-                sc[c] = __ldg(xd + size_t(c0 + c) * nb + ch * kChunkBlocks + lb);
+                for (int c = 0; c < NCH; ++c) {
+                    v[c] = __ldg(reinterpret_cast<const int4*>(xq + size_t(c0 + c) * cols + size_t(ch) * kChunkBytes + lo));
+                    sc[c] = __ldg(xd + size_t(c0 + c) * nb + ch * kChunkBlocks + lb);
+                }
+            }
+        };
+        int4 xv[NCH];
+        float xs[NCH];
+        load_x(0, xv, xs);
+        __syncthreads();  // the barriers are initialised
+        for (int g = 0; g < ngroups; ++g) {
+            const int s = g % U;
+            mbar_wait(&full[s], uint32_t((g / U) & 1));
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int ch = g * G + k;
+                int4 nxv[NCH];
+                float nxs[NCH];
+                load_x(ch + 1, nxv, nxs);
+                if (kFull || slice_exists(ch)) {  // this lane's slice exists (the last chunk may be partial)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const int4 wv = *reinterpret_cast<const int4*>(stage_q(s, r) + k * kChunkBytes + lo);
+                        const float wd = half_bits_to_float(stage_d(s, r)[k * kChunkBlocks + lb]);
+#pragma unroll
+                        for (int c = 0; c < NCH; ++c) {  // the canonical step for (row r, column c0 + c)
+                            int isum = __dp4a(wv.x, xv[c].x, kBiasBits);
+                            isum = __dp4a(wv.y, xv[c].y, isum);
+                            isum = __dp4a(wv.z, xv[c].z, isum);
+                            isum = __dp4a(wv.w, xv[c].w, isum);
+                            const float sc = __fmul_rn(wd, xs[c]);
+                            acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < NCH; ++c) {
+                    xv[c] = nxv[c];
+                    xs[c] = nxs[c];
+                }
+            }
+            if (g + U < ngroups) {  // refill this stage once every lane has read it
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    issue(s, g + U);
+                }
             }
         }
     };
-    int4 xv[NCH];
-    float xs[NCH];
-    load_x(0, xv, xs);
-    __syncthreads();  // the barriers are initialised
-    for (int g = 0; g < ngroups; ++g) {
-        const int s = g % U;
-        mbar_wait(&full[s], uint32_t((g / U) & 1));
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const int ch = g * G + k;
-            int4 nxv[NCH];
-            float nxs[NCH];
-            load_x(ch + 1, nxv, nxs);
-            if (slice_exists(ch)) {  // this lane's slice exists (the last chunk may be partial)
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const int4 wv = *reinterpret_cast<const int4*>(stage_q(s, r) + k * kChunkBytes + lo);
-                    const float wd = half_bits_to_float(stage_d(s, r)[k * kChunkBlocks + lb]);
-#pragma unroll
-                    for (int c = 0; c < NCH; ++c) {  // the canonical step for (row r, column c0 + c)
-                        int isum = __dp4a(wv.x, xv[c].x, kBiasBits);
-                        isum = __dp4a(wv.y, xv[c].y, isum);
-                        isum = __dp4a(wv.z, xv[c].z, isum);
-                        isum = __dp4a(wv.w, xv[c].w, isum);
-                        const float sc = __fmul_rn(wd, xs[c]);
-                        acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int c = 0; c < NCH; ++c) {
-                xv[c] = nxv[c];
-                xs[c] = nxs[c];
-            }
-        }
-        if (g + U < ngroups) {  // refill this stage once every lane has read it
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                issue(s, g + U);
-            }
+    // The check-free loop is compiled for 4..7 columns per thread only: there it cut the
+    // instructions per stage (H200, 16384 x 16384, 4 columns: 74.1 -> 73.0 us; 4-column R4U2G1
+    // 79.5 -> 74.3; 6-7 columns 3-8% faster); at 1-3 columns the second loop's registers made
+    // the kernel slower (2 columns 69.3 -> 71.2 us), and at 8 too (R4U2G1 95.6 -> 100.7 us).
+    // Same per-lane order either way.
+    bool ran = false;
+    if constexpr (NCH >= 4 && NCH <= 7) {
+        if (nb % kChunkBlocks == 0 && nchunks % G == 0) {
+            run(std::integral_constant<bool, true>{});
+            ran = true;
         }
     }
+    if (!ran) run(std::integral_constant<bool, false>{});
     // The order's tail, as in mmvq_reduce_store: butterfly per warp, then the P-warp tree.
     const int lane = threadIdx.x & 31, w = t >> 5;
 #pragma unroll
@@ -806,16 +827,17 @@ bool tma_shape_ok(const Q8Weights& w) {
 
 MmvqConfig mmvq_default_config(int ncols) {
     // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md):
-    // the bulk-copy ring (mode 3) at every width. Every entry computes the same bits.
+    // the bulk-copy ring (mode 3) at every width. Every entry computes the same bits. Times:
+    // third GPU session (check-free loop at 4+ columns per thread), two runs.
     switch (ncols) {
-        case 1: return {4, 2, 4, 0, 3, 1};   // 69.5 us, 4.10 TB/s
-        case 2: return {4, 2, 4, 0, 3, 1};   // 71.0 us
-        case 3: return {4, 2, 4, 0, 3, 1};   // 72.1 us
-        case 4: return {2, 2, 4, 0, 3, 2};   // 74.6 us
-        case 5: return {4, 2, 4, 0, 3, 1};   // 77.6 us
-        case 6: return {8, 2, 4, 0, 3, 1};   // 80.7 us
-        case 7: return {8, 2, 4, 0, 3, 1};   // 88.7 us
-        default: return {4, 2, 4, 0, 3, 1};  // 8: 101.1 us
+        case 1: return {4, 2, 4, 0, 3, 1};   // 68.1 us, 4.19 TB/s
+        case 2: return {4, 2, 4, 0, 3, 1};   // 69.3-69.4 us
+        case 3: return {4, 2, 4, 0, 3, 1};   // 70.4-70.5 us
+        case 4: return {2, 2, 4, 0, 3, 2};   // 73.1-73.2 us
+        case 5: return {4, 2, 4, 0, 3, 1};   // 76.9-77.0 us
+        case 6: return {8, 2, 4, 0, 3, 1};   // 78.6-78.9 us
+        case 7: return {8, 2, 4, 0, 3, 1};   // 84.5-84.6 us
+        default: return {4, 2, 4, 0, 3, 1};  // 8: 95.6-95.7 us
     }
 }
 
