@@ -44,6 +44,8 @@ def as_token_array(tokens: Any, *, vocab: int = VOCAB, what: str = "tokens") -> 
         for i, t in enumerate(tokens):
             if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
                 raise EngineError(f"{what}[{i}] must be an int token id, got {type(t).__name__} {t!r}")
+            if not 0 <= t < vocab:  # before int64 conversion: 2**63 would overflow, not be refused
+                raise EngineError(f"{what}[{i}] = {t} is out of range: token ids must be 0..{vocab - 1}")
         arr = np.asarray(tokens, dtype=np.int64) if tokens else np.zeros(0, dtype=np.int64)
     else:
         raise EngineError(f"{what} must be a list of ints or a 1-D integer numpy array, got {type(tokens).__name__}")

@@ -27,6 +27,8 @@ def test_engine_error_is_value_error() -> None:
 @pytest.mark.parametrize("tokens, match", [
     ([256, 300], r"tokens\[1\] = 300 is out of range: token ids must be 0..257"),
     ([-1], r"tokens\[0\] = -1 is out of range"),
+    ([0, 2**63], r"tokens\[1\] = 9223372036854775808 is out of range"),  # beyond int64 (was OverflowError)
+    ([-(2**70)], r"tokens\[0\] = -1180591620717411303424 is out of range"),
     ([], r"empty"),
     (np.zeros(0, dtype=np.int32), r"empty"),
     (np.array([1.0, 2.0]), r"integer dtype, got float64"),
@@ -47,6 +49,8 @@ def test_bad_prompts(tiny: Engine) -> None:
         tiny.generate(b"")
     with pytest.raises(EngineError, match=r"prompt\[0\] = 999 is out of range"):
         tiny.generate([999])
+    with pytest.raises(EngineError, match=r"prompt\[1\] = 9223372036854775808 is out of range"):
+        tiny.generate([0, 2**63])
     with pytest.raises(EngineError, match="max_tokens must be an integer >= 0"):
         tiny.generate("hi", max_tokens=-1)
 
