@@ -48,11 +48,6 @@ void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos
     for (int h = 0; h < c.n_heads; ++h) attn_head(c, s, q, pos, h, out, scores);
 }
 
-namespace {
-// 8 fp32 lanes as a GCC vector (see model_ops.cpp): per lane one IEEE mul and one add.
-typedef float F32x8 __attribute__((vector_size(32)));
-}  // namespace
-
 DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const float* q, int pos, int h, float* out,
                float* scores) {
     const int hd = c.head_dim, cap = c.window_cap();
@@ -77,31 +72,8 @@ DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const f
         for (int k = 0; k < m; ++k) scores[j0 + k] *= scale;
     }
     softmax_inplace(scores, n);
-    // oh[k] = sum over j in order of p_j * v_j[k] (each term one mul, then one add, from 0):
-    // 32 outputs at a time held in registers across all keys instead of re-read per key.
-    if (hd % 32 == 0) {
-        for (int k0 = 0; k0 < hd; k0 += 32) {
-            F32x8 acc[4] = {};
-            for (int j = 0; j < n; ++j) {
-                const float* v = row(j) + k0;
-                const float p = scores[j];
-                const F32x8 pv = {p, p, p, p, p, p, p, p};
-                for (int u = 0; u < 4; ++u) {
-                    F32x8 vv;
-                    std::memcpy(&vv, v + 8 * u, sizeof vv);
-                    acc[u] += pv * vv;
-                }
-            }
-            std::memcpy(oh + k0, acc, sizeof acc);
-        }
-    } else {
-        for (int k = 0; k < hd; ++k) oh[k] = 0.0f;
-        for (int j = 0; j < n; ++j) {
-            const float* v = row(j);
-            const float p = scores[j];
-            for (int k = 0; k < hd; ++k) oh[k] += p * v[k];
-        }
-    }
+    // oh[k] = sum over j in order of p_j * v_j[k] (each term one mul, then one add, from 0).
+    weighted_row_sum(row, [&](int j) { return scores[j]; }, n, hd, oh);
 }
 
 void compressor_pool(const ModelConfig& c, const LayerWeights& w, LayerState& s, int pos,

@@ -35,13 +35,10 @@ DQ_OPS_CLONES float dot_f32(const float* a, const float* b, int n) {
 }
 
 namespace {
-// 8 fp32 lanes as a GCC vector: one ymm in the AVX2 clone, two xmm in the default one; either
-// way each lane is its own IEEE mul and add, so both clones give the same bits.
-// NC columns against one row a, NC fixed at compile time and the lanes written as vectors so the
-// accumulators stay in registers (with a run-time NC and plain arrays, GCC kept them on the stack
-// and multiplied lane by lane in scalar code). Per column exactly dot_f32's lanes and tree.
-typedef float F32x8 __attribute__((vector_size(32)));
-
+// NC columns against one row a, NC fixed at compile time and the lanes written as vectors
+// (F32x8) so the accumulators stay in registers (with a run-time NC and plain arrays, GCC kept
+// them on the stack and multiplied lane by lane in scalar code). Per column exactly dot_f32's
+// lanes and tree.
 template <int NC>
 DQ_OPS_CLONES void dot_f32_cols_n(const float* a, const float* const* b, int n, float* out) {
     F32x8 acc[NC];
@@ -142,38 +139,11 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace
 
 namespace {
-// dst[k] = ((0 + w[0] X[0][k]) + ... + w[n-1] X[n-1][k]) + we e[k] (the last term only when e),
-// each term one mul then one add, streams in order. 32 channels at a time stay in registers
-// across the streams (one store per element instead of a load and a store per stream).
+// dst[k] = ((0 + w[0] X[0][k]) + ... + w[n-1] X[n-1][k]) + we e[k] (the last term only when e):
+// the streams X [n, d] in order, then e as one more row.
 DQ_OPS_CLONES void stream_mix(const float* X, const float* w, int n, int d, const float* e, float we, float* dst) {
-    int k0 = 0;
-    for (; k0 + 32 <= d; k0 += 32) {
-        F32x8 acc[4] = {};
-        for (int j = 0; j < n; ++j) {
-            const float wj = w[j];
-            const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
-            const float* xj = X + size_t(j) * d + k0;
-            for (int u = 0; u < 4; ++u) {
-                F32x8 xv;
-                std::memcpy(&xv, xj + 8 * u, sizeof xv);
-                acc[u] += wv * xv;
-            }
-        }
-        if (e) {
-            const F32x8 ev = {we, we, we, we, we, we, we, we};
-            for (int u = 0; u < 4; ++u) {
-                F32x8 xv;
-                std::memcpy(&xv, e + k0 + 8 * u, sizeof xv);
-                acc[u] += ev * xv;
-            }
-        }
-        std::memcpy(dst + k0, acc, sizeof acc);
-    }
-    for (int k = k0; k < d; ++k) {  // the same sequence, one channel at a time
-        float v = 0.0f;
-        for (int j = 0; j < n; ++j) v += w[j] * X[size_t(j) * d + k];
-        dst[k] = e ? v + we * e[k] : v;
-    }
+    weighted_row_sum([&](int j) { return j < n ? X + size_t(j) * d : e; },
+                     [&](int j) { return j < n ? w[j] : we; }, e ? n + 1 : n, d, dst);
 }
 }  // namespace
 

@@ -3,6 +3,7 @@
 // nothing here reduces across tokens. Every reduction has one fixed order.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "model_config.h"
 #include "model_weights.h"
@@ -16,6 +17,38 @@ float dot_f32(const float* a, const float* b, int n);
 // so a band streams an F32 projection row once instead of once per token (and attention
 // scores four keys per pass).
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out);
+
+// 8 fp32 lanes as a GCC vector: one ymm in an AVX2 clone, two xmm in the portable one; either
+// way each lane is its own IEEE mul and add, so every clone gives the same bits.
+typedef float F32x8 __attribute__((vector_size(32)));
+
+// dst[k] = (((0 + weight(0) row(0)[k]) + weight(1) row(1)[k]) + ... + weight(n-1) row(n-1)[k]) for
+// k < d: each term one mul then one add, rows in order (row(j) -> const float* [d]). 32 outputs
+// stay in registers across all rows instead of a load and a store per row. Inlined, so it runs
+// in the vector width of its (cloned) caller: the HC stream sums and attention's value sum.
+template <class Row, class Weight>
+__attribute__((always_inline)) inline void weighted_row_sum(Row row, Weight weight, int n, int d, float* dst) {
+    int k0 = 0;
+    for (; k0 + 32 <= d; k0 += 32) {
+        F32x8 acc[4] = {};
+        for (int j = 0; j < n; ++j) {
+            const float wj = weight(j);
+            const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
+            const float* rj = row(j) + k0;
+            for (int u = 0; u < 4; ++u) {
+                F32x8 v;
+                std::memcpy(&v, rj + 8 * u, sizeof v);
+                acc[u] += wv * v;
+            }
+        }
+        std::memcpy(dst + k0, acc, sizeof acc);
+    }
+    for (int k = k0; k < d; ++k) {  // the same sequence, one output at a time
+        float v = 0.0f;
+        for (int j = 0; j < n; ++j) v += weight(j) * row(j)[k];
+        dst[k] = v;
+    }
+}
 
 // y = x / rms(x) * gain (gain may be null). x and y may alias. Shape: [n].
 void rms_norm(const float* x, const float* gain, float* y, int n, float eps);
