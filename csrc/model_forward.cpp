@@ -35,6 +35,9 @@ Scratch::Scratch(const ModelConfig& c) {
     gu.resize(moe_cols * 2 * f);
     h.resize(moe_cols * f);
     y.resize(moe_cols * d);
+    moe_up.resize(size_t(c.n_experts) + 1);
+    moe_down.resize(size_t(c.n_experts) + 1);
+    moe_col_of.resize(W * K);
     int max_comp = 0, max_rows = 0;
     for (int r : c.ratios) {
         max_comp = std::max(max_comp, c.max_compressed(r));
@@ -226,7 +229,8 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
                 rw[size_t(l) * route_stride + size_t(j) * K + k] = sc.wts[size_t(j) * K + k];
             }
     }
-    MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data()};
+    MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(),
+                  sc.moe_up.data(), sc.moe_down.data(), sc.moe_col_of.data()};
     moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
     OpTimer t(stats, kOpHC);
     hc_post_step(w, sc);

@@ -44,6 +44,8 @@ struct Scratch {
     std::vector<float> wts;          // [w, top_k]
     std::vector<BlockQ8_0> xg, hq;   // MoE gathers
     std::vector<float> gu, h, y;     // MoE buffers (shared expert columns, then routed)
+    std::vector<MatTask> moe_up, moe_down;  // [n_experts + 1] MoE products of a step
+    std::vector<int> moe_col_of;     // [w * top_k] (token, slot) -> MoE column
     std::vector<float> tmp;          // per-token scratch (hc, attention scores, pooling)
     std::vector<float> logits;       // [w, vocab]
     TraceCapture* trace = nullptr;   // opt-in trace capture (model_trace.h); null = off

@@ -57,8 +57,9 @@ void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, con
               StepStats& stats) {
     const int d = c.d_model, K = c.top_k, f = c.d_ff;
     const size_t nb = size_t(d / QK8_0), fb = size_t(f / QK8_0);
-    std::vector<MatTask> up(size_t(c.n_experts) + 1), down(size_t(c.n_experts) + 1);
-    std::vector<int> col_of(size_t(ntok) * K);  // (token, slot) -> its column of y
+    MatTask* up = s.up;
+    MatTask* down = s.down;
+    int* col_of = s.col_of;
     int ntask = 0, ncols = 0;
     auto add = [&](const QMatrix& w13, const QMatrix& w2, const BlockQ8_0* x, int nc) {
         up[ntask] = MatTask{w13.view(), x, nc, s.gu + size_t(ncols) * 2 * f, MatKernel::kMMVQ};
@@ -82,12 +83,12 @@ void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, con
             if (nc > 0) add(w.exp_w13[e], w.exp_w2[e], xg, nc);
         }
     }
-    mm.batch(up.data(), ntask);
+    mm.batch(up, ntask);
     {
         OpTimer timer(stats, kOpPerToken);
         par_swiglu_quantize(mm.pool, s.gu, s.h, s.hq, ncols, f, c.swiglu_limit);
     }
-    mm.batch(down.data(), ntask);
+    mm.batch(down, ntask);
     OpTimer timer(stats, kOpPerToken);
     for (int t = 0; t < ntok; ++t) {
         float* o = out + size_t(t) * d;

@@ -26,6 +26,9 @@ struct MoeScratch {
     float* h;        // [w * (top_k + 1), d_ff]
     BlockQ8_0* hq;   // [w * (top_k + 1), d_ff/32]
     float* y;        // [w * (top_k + 1), d]
+    MatTask* up;     // [n_experts + 1] the step's w13 products (shared expert first)
+    MatTask* down;   // [n_experts + 1] its w2 products
+    int* col_of;     // [w * top_k] (token, slot) -> its column of y
 };
 
 // xq: [w, d/32] quantized normed FFN input; ids/wts: [w, top_k]; out: [w, d].
