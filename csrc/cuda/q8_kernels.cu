@@ -162,6 +162,17 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restri
 // function of cols only (mmvq_warps_per_row).
 constexpr int kMmvqMaxWarps = 8;  // warps per CTA at most
 
+// The order's per-lane step for one (row, column) and one chunk: the exact int32 dot of the
+// lane's 16 weight bytes with the column's 16 activation bytes (4 chained dp4a, started from the
+// conversion's bias), s = w.d * x.d, acc = fma(s, (float)isum, acc). Every mode runs this.
+__device__ __forceinline__ void mmvq_lane_step(const int4& wv, float wd, const int4& xv, float xs, float& acc) {
+    int isum = __dp4a(wv.x, xv.x, kBiasBits);
+    isum = __dp4a(wv.y, xv.y, isum);
+    isum = __dp4a(wv.z, xv.z, isum);
+    isum = __dp4a(wv.w, xv.w, isum);
+    acc = __fmaf_rn(__fmul_rn(wd, xs), biased_int_to_float(isum), acc);
+}
+
 template <int NC, int R>
 __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned short (&wd)[R],
                                            const int8_t* __restrict__ xq,
@@ -172,14 +183,7 @@ __device__ __forceinline__ void mmvq_chunk(const int4 (&wv)[R], const unsigned s
         const int4 xv = __ldg(reinterpret_cast<const int4*>(xq + size_t(c) * cols + xoff));
         const float xs = __ldg(xd + size_t(c) * nb + xboff);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            int isum = __dp4a(wv[r].x, xv.x, kBiasBits);
-            isum = __dp4a(wv[r].y, xv.y, isum);
-            isum = __dp4a(wv[r].z, xv.z, isum);
-            isum = __dp4a(wv[r].w, xv.w, isum);
-            const float sc = __fmul_rn(half_bits_to_float(wd[r]), xs);
-            acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
-        }
+        for (int r = 0; r < R; ++r) mmvq_lane_step(wv[r], half_bits_to_float(wd[r]), xv, xs, acc[r][c]);
     }
 }
 
@@ -479,14 +483,8 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                         const int4 wv = *reinterpret_cast<const int4*>(stage_q(s, r) + k * kChunkBytes + lo);
                         const float wd = half_bits_to_float(stage_d(s, r)[k * kChunkBlocks + lb]);
 #pragma unroll
-                        for (int c = 0; c < NCH; ++c) {  // the canonical step for (row r, column c0 + c)
-                            int isum = __dp4a(wv.x, xv[c].x, kBiasBits);
-                            isum = __dp4a(wv.y, xv[c].y, isum);
-                            isum = __dp4a(wv.z, xv[c].z, isum);
-                            isum = __dp4a(wv.w, xv[c].w, isum);
-                            const float sc = __fmul_rn(wd, xs[c]);
-                            acc[r][c] = __fmaf_rn(sc, biased_int_to_float(isum), acc[r][c]);
-                        }
+                        for (int c = 0; c < NCH; ++c)  // the canonical step for (row r, column c0 + c)
+                            mmvq_lane_step(wv, wd, xv[c], xs[c], acc[r][c]);
                     }
                 }
 #pragma unroll
