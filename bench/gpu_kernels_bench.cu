@@ -191,7 +191,7 @@ double rel_err_vs_f64(const HostQ8& w, const Acts& a, int ncols, const std::vect
 
 
 // Host emulation of the documented GPU canonical order (q8_kernels.cuh) for P warps per row:
-// lane t of 32 P owns half (t & 1) of block 16 P i + (t >> 1) of chunk i; s = fp16(w.d) * x.d;
+// lane t of 32 P owns block 32 P i + t of chunk i; isum over its 32 products; s = fp16(w.d) * x.d;
 // acc = fmaf(s, isum, acc); the xor butterfly in each warp; the pairwise tree over the P warp
 // sums. The kernels must match it bit for bit.
 float pairwise(const float* p, int n) {
@@ -206,10 +206,10 @@ float gpu_order_emulated(const HostQ8& w, const Acts& a, int r, int c, int P) {
         for (int l = 0; l < 32; ++l) {
             const int t = 32 * wi + l;
             float acc = 0.0f;
-            for (int b = t >> 1; b < nb; b += 16 * P) {
+            for (int b = t; b < nb; b += 32 * P) {
                 int isum = 0;
-                for (int i = 0; i < 16; ++i) {
-                    const int k = b * 32 + (t & 1) * 16 + i;
+                for (int i = 0; i < 32; ++i) {
+                    const int k = b * 32 + i;
                     isum += int(w.qs[size_t(r) * w.cols + k]) * int(a.hqs[size_t(c) * w.cols + k]);
                 }
                 const float s = dq::fp16_to_fp32(w.d[size_t(r) * nb + b]) * a.hd[size_t(c) * nb + b];
@@ -253,18 +253,16 @@ size_t count_unwritten(const std::vector<float>& y) {
 
 const std::vector<MmvqConfig>& sweep_configs() {
     static const std::vector<MmvqConfig> v = {
-        {1, 4, 8, 4, 0}, {2, 2, 4, 4, 0}, {2, 4, 4, 4, 0}, {4, 1, 4, 4, 0}, {4, 1, 8, 4, 0},
-        {4, 2, 4, 4, 0}, {2, 2, 4, 4, 1}, {4, 1, 4, 4, 1}, {1, 4, 8, 4, 2}, {1, 8, 8, 4, 2},
-        {2, 4, 4, 4, 2}, {2, 4, 8, 4, 2}, {4, 3, 4, 4, 2}, {4, 4, 4, 4, 2},
-        {2, 2, 4, 4, 3, 2}, {4, 2, 4, 4, 3, 1}, {4, 3, 4, 4, 3, 1}, {8, 2, 4, 4, 3, 1},
-        {4, 3, 8, 4, 3, 1},
+        {1, 2, 8, 4, 0}, {1, 4, 8, 4, 0}, {2, 1, 4, 4, 0}, {2, 2, 4, 4, 0}, {4, 1, 4, 4, 0},
+        {4, 1, 8, 4, 0}, {4, 2, 4, 4, 0},
+        {2, 2, 4, 4, 3, 1}, {4, 2, 4, 4, 3, 1}, {4, 3, 4, 4, 3, 1}, {8, 2, 4, 4, 3, 1}, {4, 2, 8, 4, 3, 1},
     };
     return v;
 }
 
 std::string cfg_name(const MmvqConfig& c) {
     return "R" + std::to_string(c.rows_per_warp) + "U" + std::to_string(c.unroll) + "W" +
-           std::to_string(c.warps_per_block) + (c.mode == 1 ? "p" : c.mode == 2 ? "a" : c.mode == 3 ? "t" + std::to_string(c.stage_chunks) : "");
+           std::to_string(c.warps_per_block) + (c.mode == 3 ? "t" + std::to_string(c.stage_chunks) : "");
 }
 
 // Bitwise column checks for one weight matrix: every config, every ncols 1..8, column j equals
@@ -457,7 +455,7 @@ int run(int argc, char** argv) {
         check(thrown == 3, "bad shapes throw std::invalid_argument (cols % 32, ncols 9, ncols 0)");
     }
     struct Shape { int rows, cols; };
-    const Shape shapes[] = {{37, 96}, {129, 800}, {1000, 4096}, {515, 11008}, {64, 512}};
+    const Shape shapes[] = {{37, 96}, {129, 800}, {1000, 4096}, {515, 11008}, {64, 512}, {200, 2048}, {77, 3072}};
     std::vector<double> mmvq_errs, mmq_errs;
     double worst_cpu_order = 0;
     for (const Shape& s : shapes) {
@@ -474,7 +472,7 @@ int run(int argc, char** argv) {
         char buf[160];
         std::snprintf(buf, sizeof buf, "mmvq %s ncols 8 vs float64: rel err %.2e (tol %.0e)", label.c_str(), e, kRelTol);
         check(e < kRelTol, buf);
-        for (int p : {4}) {
+        for (int p : {1, 2, 4}) {
             const MmvqConfig c8{1, 4, 8, p, 0};
             const auto yp = p == dq::cuda::mmvq_warps_per_row(s.cols) ? y8 : run_to_host(0, dw.view(), a8.view(8), &c8);
             size_t emu_bad = 0;
@@ -618,6 +616,7 @@ int run(int argc, char** argv) {
     // (mmvq_default_config(ncols, rows, cols)) against the 16384-tuned table.
     struct SmallRow { int rows, cols, ncols; double us_shape, us_table; };
     std::vector<SmallRow> small;
+    std::vector<std::string> small_sweep;
     for (const Shape sh : {Shape{4096, 4096}, Shape{2048, 4096}, Shape{4096, 2048}}) {
         const size_t mq = size_t(sh.rows) * sh.cols;
         const int per_buf = int(nq / mq);
@@ -634,8 +633,27 @@ int run(int argc, char** argv) {
             const MmvqConfig shaped = dq::cuda::mmvq_default_config(n, sh.rows, sh.cols);
             const MmvqConfig table = dq::cuda::mmvq_default_config(n);
             const double a = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), acts(n), dy, shaped, nullptr); }, warm, reps);
-            const double b = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), acts(n), dy, table, nullptr); }, warm, reps);
+            double b = -1;  // -1: the 16384-tuned table does not run on this shape (mode 3 needs P = 4)
+            try {
+                b = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), acts(n), dy, table, nullptr); }, warm, reps);
+            } catch (const std::invalid_argument&) {
+            }
             small.push_back({sh.rows, sh.cols, n, a, b});
+            // The register mode's configurations at this shape's canonical P, fastest first.
+            std::string line;
+            for (const MmvqConfig& c : {MmvqConfig{1, 2, 4, 0, 0}, MmvqConfig{1, 2, 8, 0, 0}, MmvqConfig{1, 4, 8, 0, 0},
+                                        MmvqConfig{2, 1, 4, 0, 0}, MmvqConfig{2, 2, 4, 0, 0}, MmvqConfig{4, 1, 4, 0, 0},
+                                        MmvqConfig{4, 1, 8, 0, 0}, MmvqConfig{4, 2, 4, 0, 0}}) {
+                char cell[48];
+                try {
+                    const double us = median_us([&](int i) { dq::cuda::mmvq_with_config(view(i), acts(n), dy, c, nullptr); }, warm, reps);
+                    std::snprintf(cell, sizeof cell, " %s %.1f", cfg_name(c).c_str(), us);
+                } catch (const std::exception&) {
+                    std::snprintf(cell, sizeof cell, " %s -", cfg_name(c).c_str());
+                }
+                line += cell;
+            }
+            small_sweep.push_back(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " ncols " + std::to_string(n) + ":" + line);
         }
         CK(cudaFree(dy));
     }
@@ -660,6 +678,8 @@ int run(int argc, char** argv) {
     for (const SmallRow& r : small)
         std::printf("  %5dx%-5d ncols %d: %7.2f vs %7.2f  (%.3f TB/s)\n", r.rows, r.cols, r.ncols, r.us_shape,
                     r.us_table, double(r.rows) * r.cols * 34.0 / 32.0 / (r.us_shape * 1e-6) / 1e12);
+    std::printf("\nsmaller matrices, register-mode sweep (us):\n");
+    for (const std::string& l : small_sweep) std::printf("  %s\n", l.c_str());
 
     FILE* f = std::fopen(out_path, "w");
     if (!f) {

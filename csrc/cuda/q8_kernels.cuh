@@ -27,15 +27,15 @@ void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cuda
 // std::invalid_argument on bad shapes.
 //
 // The GPU canonical order (not the CPU one of kernels.h; CPU and GPU need not be bitwise equal):
-// each output row is split over 128 lanes (P = 4 warps, mmvq_warps_per_row); lane t owns bytes
-// [16 t, 16 t + 16) of every 2048-byte chunk of the row, i.e. half (t & 1) of block 64 i + (t >> 1)
-// in chunk i.
-// Per lane, chunks in K order:
-//   isum = exact int32 sum of its 16 products (4 chained dp4a)
+// each output row is split over 32 P lanes (P warps, mmvq_warps_per_row(cols): 4 from 4096
+// columns up, 2 from 2048, else 1); lane t owns block t of every (32 P)-block chunk of the row,
+// i.e. block 32 P i + t in chunk i.
+// Per lane, blocks in K order:
+//   isum = exact int32 sum of its 32 products (8 chained dp4a)
 //   s    = fp16(w.d) * x.d                      (one fp32 multiply, round to nearest)
 //   acc  = fmaf(s, (float)isum, acc)            (one fused multiply-add)
 // then in each warp the xor butterfly (offsets 16, 8, 4, 2, 1; each step acc + shfl(acc)), and
-// y = (warp0 + warp1) + (warp2 + warp3).
+// the pairwise tree over the P warps: y = (warp0 + warp1) + (warp2 + warp3) at P = 4.
 void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // MMQ: tiled mat-mat (int8 tensor cores, mma.sync m16n8k32, one Q8_0 block per k-step), any
@@ -48,17 +48,16 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per row group, the chunks in flight, the block size and the load scheme change
-// scheduling, never the order. Built (R, U, mode): (1,2,0), (1,4,0), (2,2,0), (2,4,0), (4,1,0),
-// (4,2,0), (2,2,1), (4,1,1), (1,4,2), (1,8,2), (2,4,2), (4,3,2), (4,4,2); mode 3 (R, U, G, warps
-// per block): (2,2,2,4), (4,2,1,4), (4,3,1,4), (8,2,1,4), and (4,3,1,8) (8 warps: two copies of
-// the row group, each taking half of an even ncols); others throw.
+// scheduling, never the order. Built: mode 0 (R, U) = (1,2), (1,4), (2,1), (2,2), (4,1), (4,2) at
+// P = 1, 2, 4; mode 3 (R, U, G, warps per block) = (2,2,1,4), (4,2,1,4), (4,3,1,4), (8,2,1,4) and
+// (4,2,1,8) (8 warps: two copies of the row group, each taking half of an even ncols) at P = 4;
+// others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
-    int unroll;           // U: chunks per row in flight per row group (mode 2: ring stages)
+    int unroll;           // U: chunks per row in flight per row group (mode 3: ring stages)
     int warps_per_block;  // a multiple of the warps per row, at most 8
-    int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); only 4 is built
-    int mode;             // 0: load U chunks then use them; 1: register double buffer;
-                          // 2: per-thread cp.async ring of U stages in shared memory;
+    int warps_per_row;    // P: 0 = mmvq_warps_per_row(cols); 1, 2, 4 are built (mode 3: 4)
+    int mode;             // 0: load U chunks into registers, then use them;
                           // 3: bulk-copy (TMA) ring of U stages in shared memory
     int stage_chunks = 1; // mode 3: chunks of each row per stage (G)
 };
@@ -66,9 +65,8 @@ struct MmvqConfig {
 int mmvq_warps_per_row(int cols);
 // The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix (mode 3).
 MmvqConfig mmvq_default_config(int ncols);
-// The configuration mmvq() uses: the above where it was measured to win (about 2048 row groups or
-// more, cols % 256 == 0); otherwise the register-streaming table (mode 0) with fewer rows per
-// group when rows is small and a smaller unroll when a row has fewer full chunks than the unroll.
+// The configuration mmvq() uses: the above where it was measured to win (4 warps per row, about
+// 2048 row groups or more, cols % 256 == 0); otherwise the register-streaming table (mode 0).
 // mmvq() also takes mode 0 when the scales are not 16-byte aligned.
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
