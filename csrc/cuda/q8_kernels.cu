@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -334,10 +335,17 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     extern __shared__ __align__(128) unsigned char ring[];  // [U][R qs runs | R scale runs]
     const int t = threadIdx.x % kLanes;        // the lane whose part this thread plays
     const int c0 = (threadIdx.x / kLanes) * NCH;  // its first column
-    const long long row0 = (long long)blockIdx.x * R;
+    // Persistent: this CTA takes row groups blockIdx.x, blockIdx.x + gridDim.x, ... and streams
+    // all their stages through one ring (stage q of its sequence is chunk group q % ngroups of
+    // its row group q / ngroups), so the ring stays full across row groups and the grid has no
+    // partial last wave. Each row's sequence of operations is unchanged.
     const int nb = cols / kQK;
     const int nchunks = (nb + kChunkBlocks - 1) / kChunkBlocks;
     const int ngroups = (nchunks + G - 1) / G;
+    const int nrowgroups = (rows + R - 1) / R;
+    const int nmine = (nrowgroups - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+    const int nq = nmine * ngroups;  // stages in this CTA's sequence
+    auto row0_of = [&](int i) { return (long long)(blockIdx.x + (long long)i * gridDim.x) * R; };
     const int lo = t * kQK;
     // The lane reads its two halves in the order h, 16 - h with h = 16 * bit 2 of the lane, so
     // each 8-lane phase of a 16-byte shared-memory load covers all 32 banks (lane t's first half
@@ -347,7 +355,9 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     auto stage_d = [&](int s, int r) {
         return reinterpret_cast<uint16_t*>(ring + size_t(s) * kStageBytes + size_t(R) * kStageQ) + r * kStageB;
     };
-    auto issue = [&](int s, int g) {  // thread 0 only
+    auto issue = [&](int s, int q) {  // thread 0 only
+        const int g = q % ngroups;
+        const long long row0 = row0_of(q / ngroups);
         const int b0 = g * kStageB, cb = min(kStageB, nb - b0);
         mbar_expect_tx(&full[s], uint32_t(R * cb * (kQK + 2)));
 #pragma unroll
@@ -364,13 +374,33 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #pragma unroll
         for (int s = 0; s < U; ++s)
-            if (s < ngroups) issue(s, s);
+            if (s < nq) issue(s, s);
     }
     float acc[R][NCH];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NCH; ++c) acc[r][c] = 0.0f;
+    // The order's tail, as in mmvq_reduce_store: butterfly per warp, then the P-warp tree; the
+    // accumulators restart for the next row group. The last barrier keeps the next row group's
+    // butterfly from overwriting part before it is read.
+    auto reduce_store = [&](long long row0) {
+        const int lane = threadIdx.x & 31, w = t >> 5;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) {
+                const float v = warp_butterfly(acc[r][c]);
+                if (lane == 0) part[w][r][c0 + c] = v;
+                acc[r][c] = 0.0f;
+            }
+        __syncthreads();
+        if (threadIdx.x < R * NC) {
+            const int r = threadIdx.x / NC, c = threadIdx.x % NC;
+            if (row0 + r < rows) y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[0][r][c], R * NC);
+        }
+        __syncthreads();
+    };
     // kFull: every chunk of the row and every stage is full (cols a multiple of the stage's
     // bytes, the shapes mode 3 is tuned for), so the loop needs no per-lane block checks.
     auto run = [&](auto full_t) {
@@ -393,15 +423,15 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
         float xs[NCH];
         load_x(0, xv, xs);
         __syncthreads();  // the barriers are initialised
-        for (int g = 0; g < ngroups; ++g) {
-            const int s = g % U;
-            mbar_wait(&full[s], uint32_t((g / U) & 1));
+        for (int q = 0, g = 0; q < nq; ++q) {
+            const int s = q % U;
+            mbar_wait(&full[s], uint32_t((q / U) & 1));
 #pragma unroll
             for (int k = 0; k < G; ++k) {
                 const int ch = g * G + k;
                 Q8Block32 nxv[NCH];
                 float nxs[NCH];
-                load_x(ch + 1, nxv, nxs);  // one chunk ahead
+                load_x(ch + 1 < nchunks ? ch + 1 : 0, nxv, nxs);  // one chunk ahead (the next row group's first)
                 if (kFull || block_exists(ch)) {  // this lane's block exists (the last chunk may be partial)
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
@@ -420,12 +450,16 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                     xs[c] = nxs[c];
                 }
             }
-            if (g + U < ngroups) {  // refill this stage once every lane has read it
+            if (q + U < nq) {  // refill this stage once every lane has read it
                 __syncthreads();
                 if (threadIdx.x == 0) {
                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    issue(s, g + U);
+                    issue(s, q + U);
                 }
+            }
+            if (++g == ngroups) {  // the row group is done: the order's tail, then the next one
+                reduce_store(row0_of(q / ngroups));
+                g = 0;
             }
         }
     };
@@ -440,20 +474,6 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
         }
     }
     if (!ran) run(std::integral_constant<bool, false>{});
-    // The order's tail, as in mmvq_reduce_store: butterfly per warp, then the P-warp tree.
-    const int lane = threadIdx.x & 31, w = t >> 5;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-            const float v = warp_butterfly(acc[r][c]);
-            if (lane == 0) part[w][r][c0 + c] = v;
-        }
-    __syncthreads();
-    if (threadIdx.x < R * NC) {
-        const int r = threadIdx.x / NC, c = threadIdx.x % NC;
-        if (row0 + r < rows) y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[0][r][c], R * NC);
-    }
 }
 
 template <int R, int U, int G, int P, int CS>
@@ -570,6 +590,27 @@ void tma_carveout_once(const void* fn, size_t smem, int threads) {
 void tma_carveout(const void* fn, size_t smem, int threads) {
     static OncePerKernel once;
     once.run(fn, [&] { tma_carveout_once(fn, smem, threads); });
+}
+
+// Blocks of the persistent bulk-copy kernel that fit on the device at once (blocks per SM times
+// SMs), asked once per kernel after its carveout is set; at least 1.
+long long tma_resident_blocks(const void* fn, size_t smem, int threads) {
+    static std::mutex mu;
+    static std::map<const void*, long long> known;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(fn);
+    if (it != known.end()) return it->second;
+    int per_sm = 0, dev = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) != cudaSuccess ||
+        cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        per_sm = 1;
+        sms = 1;
+    }
+    const long long n = std::max(1LL, (long long)std::max(per_sm, 1) * std::max(sms, 1));
+    known.emplace(fn, n);
+    return n;
 }
 
 void validate(const Q8Weights& w, const Q8Acts& x, const float* y, int max_ncols) {
@@ -742,13 +783,13 @@ bool tma_shape_ok(const Q8Weights& w) {
 
 MmvqConfig mmvq_default_config(int ncols) {
     // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md):
-    // the bulk-copy ring (mode 3) at every width. Every entry computes the same bits.
+    // the persistent bulk-copy ring (mode 3) at every width. Every entry computes the same bits.
     switch (ncols) {
-        case 1: return {4, 2, 4, 0, 3, 1};
-        case 2: return {2, 2, 4, 0, 3, 1};
-        case 3: return {2, 2, 4, 0, 3, 1};
-        case 4: return {4, 2, 4, 0, 3, 1};
-        case 5: return {4, 2, 4, 0, 3, 1};
+        case 1:
+        case 2:
+        case 3:
+        case 4: return {2, 2, 4, 0, 3, 1};
+        case 5:
         case 6: return {4, 2, 4, 0, 3, 1};
         default: return {8, 2, 4, 0, 3, 1};  // 7, 8
     }
@@ -776,7 +817,10 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
                                         "and cols % 256 == 0");
         const size_t smem = mmvq_tma_smem(cfg);
         tma_carveout(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
-        const unsigned grid = unsigned((w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp);
+        const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
+        const unsigned grid = unsigned(std::min<long long>(groups, tma_resident_blocks(
+                                                                       reinterpret_cast<const void*>(fn), smem,
+                                                                       cfg.warps_per_block * 32)));
         fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
         check_launch("mmvq");
         return;
