@@ -256,13 +256,14 @@ const std::vector<MmvqConfig>& sweep_configs() {
         {1, 2, 8, 4, 0}, {1, 4, 8, 4, 0}, {2, 1, 4, 4, 0}, {2, 2, 4, 4, 0}, {4, 1, 4, 4, 0},
         {4, 1, 8, 4, 0}, {4, 2, 4, 4, 0},
         {2, 2, 4, 4, 3, 1}, {4, 2, 4, 4, 3, 1}, {4, 3, 4, 4, 3, 1}, {8, 2, 4, 4, 3, 1}, {4, 2, 8, 4, 3, 1},
+        {2, 2, 4, 4, 3, 1, 0}, {4, 2, 4, 4, 3, 1, 0},  // not persistent: one row group per CTA
     };
     return v;
 }
 
 std::string cfg_name(const MmvqConfig& c) {
     return "R" + std::to_string(c.rows_per_warp) + "U" + std::to_string(c.unroll) + "W" +
-           std::to_string(c.warps_per_block) + (c.mode == 3 ? "t" + std::to_string(c.stage_chunks) : "");
+           std::to_string(c.warps_per_block) + (c.mode == 3 ? "t" + std::to_string(c.stage_chunks) + (c.persistent ? "" : "n") : "");
 }
 
 // Bitwise column checks for one weight matrix: every config, every ncols 1..8, column j equals

@@ -818,7 +818,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
         const size_t smem = mmvq_tma_smem(cfg);
         tma_carveout(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
         const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
-        const unsigned grid = unsigned(std::min<long long>(groups, tma_resident_blocks(
+        const unsigned grid = unsigned(cfg.persistent == 0 ? groups : std::min<long long>(groups, tma_resident_blocks(
                                                                        reinterpret_cast<const void*>(fn), smem,
                                                                        cfg.warps_per_block * 32)));
         fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);

@@ -50,8 +50,8 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // rows per row group, the chunks in flight, the block size and the load scheme change
 // scheduling, never the order. Built: mode 0 (R, U) = (1,2), (1,4), (2,1), (2,2), (4,1), (4,2) at
 // P = 1, 2, 4; mode 3 (R, U, G, warps per block) = (2,2,1,4), (4,2,1,4), (4,3,1,4), (8,2,1,4) and
-// (4,2,1,8) (8 warps: two copies of the row group, each taking half of an even ncols) at P = 4;
-// others throw.
+// (4,2,1,8) (8 warps: two copies of the row group, each taking half of an even ncols) at P = 4,
+// persistent or not; others throw.
 struct MmvqConfig {
     int rows_per_warp;    // R: rows each row group computes together (sharing each activation load)
     int unroll;           // U: chunks per row in flight per row group (mode 3: ring stages)
@@ -60,6 +60,7 @@ struct MmvqConfig {
     int mode;             // 0: load U chunks into registers, then use them;
                           // 3: bulk-copy (TMA) ring of U stages in shared memory
     int stage_chunks = 1; // mode 3: chunks of each row per stage (G)
+    int persistent = 1;   // mode 3: as many CTAs as fit, each taking many row groups (0: one each)
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
