@@ -640,7 +640,7 @@ int run(int argc, char** argv) {
             } catch (const std::invalid_argument&) {
             }
             small.push_back({sh.rows, sh.cols, n, a, b});
-            // The register mode's configurations at this shape's canonical P, fastest first.
+            // The register mode's configurations at this shape's canonical P.
             std::string line;
             for (const MmvqConfig& c : {MmvqConfig{1, 2, 4, 0, 0}, MmvqConfig{1, 2, 8, 0, 0}, MmvqConfig{1, 4, 8, 0, 0},
                                         MmvqConfig{2, 1, 4, 0, 0}, MmvqConfig{2, 2, 4, 0, 0}, MmvqConfig{4, 1, 4, 0, 0},

@@ -587,19 +587,15 @@ void tma_carveout_once(const void* fn, size_t smem, int threads) {
         cudaGetLastError();
 }
 
-void tma_carveout(const void* fn, size_t smem, int threads) {
-    static OncePerKernel once;
-    once.run(fn, [&] { tma_carveout_once(fn, smem, threads); });
-}
-
-// Blocks of the persistent bulk-copy kernel that fit on the device at once (blocks per SM times
-// SMs), asked once per kernel after its carveout is set; at least 1.
-long long tma_resident_blocks(const void* fn, size_t smem, int threads) {
+// Mode 3's set-up, once per kernel on its first launch (one lock, one lookup per launch): the
+// carveout above, then the number of blocks that fit on the device at once for the persistent
+// grid (blocks per SM, asked after the carveout is set, times SMs; at least 1).
+long long tma_setup(const void* fn, size_t smem, int threads) {
     static std::mutex mu;
-    static std::map<const void*, long long> known;
+    static std::map<const void*, long long> resident;
     std::lock_guard<std::mutex> lock(mu);
-    auto it = known.find(fn);
-    if (it != known.end()) return it->second;
+    if (auto it = resident.find(fn); it != resident.end()) return it->second;
+    tma_carveout_once(fn, smem, threads);
     int per_sm = 0, dev = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) != cudaSuccess ||
         cudaGetDevice(&dev) != cudaSuccess ||
@@ -609,7 +605,7 @@ long long tma_resident_blocks(const void* fn, size_t smem, int threads) {
         sms = 1;
     }
     const long long n = std::max(1LL, (long long)std::max(per_sm, 1) * std::max(sms, 1));
-    known.emplace(fn, n);
+    resident.emplace(fn, n);
     return n;
 }
 
@@ -767,8 +763,8 @@ int mmvq_warps_per_row(int cols) {
 }
 
 namespace {
-// The fastest register-streaming (mode 0) configuration per ncols on 16384 x 16384: the path for
-// shapes the bulk-copy mode does not take (cols % 256 != 0, unaligned scales, few rows).
+// The register-streaming (mode 0) configuration per ncols: the path for shapes the bulk-copy mode
+// does not take (cols < 4096 or % 256 != 0, unaligned scales, few rows below 4 columns).
 MmvqConfig mmvq_register_config(int ncols) {
     // H200, 2026-11-29, after the whole-block order: R = 2 at 2..4 columns, R = 4 elsewhere, on
     // 16384 x 16384 and on the ds4-gpu shapes (4096 x 4096, 2048 x 4096, 4096 x 2048) alike; U = 2
@@ -816,11 +812,9 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
             throw std::invalid_argument("dq::cuda::mmvq: the bulk-copy mode needs 16-byte aligned scales "
                                         "and cols % 256 == 0");
         const size_t smem = mmvq_tma_smem(cfg);
-        tma_carveout(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
+        const long long resident = tma_setup(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
         const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
-        const unsigned grid = unsigned(cfg.persistent == 0 ? groups : std::min<long long>(groups, tma_resident_blocks(
-                                                                       reinterpret_cast<const void*>(fn), smem,
-                                                                       cfg.warps_per_block * 32)));
+        const unsigned grid = unsigned(cfg.persistent ? std::min(groups, resident) : groups);
         fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
         check_launch("mmvq");
         return;

@@ -66,8 +66,9 @@ struct MmvqConfig {
 int mmvq_warps_per_row(int cols);
 // The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix (mode 3).
 MmvqConfig mmvq_default_config(int ncols);
-// The configuration mmvq() uses: the above where it was measured to win (4 warps per row, about
-// 2048 row groups or more, cols % 256 == 0); otherwise the register-streaming table (mode 0).
+// The configuration mmvq() uses: the above where it was measured to win (4 warps per row,
+// cols % 256 == 0, and about 2048 row groups or 4+ columns); otherwise the register-streaming
+// table (mode 0).
 // mmvq() also takes mode 0 when the scales are not 16-byte aligned.
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
