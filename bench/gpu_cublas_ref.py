@@ -1,9 +1,10 @@
 """cuBLAS bf16 mat-vec reference for the narrow-MMVQ acceptance (issue #9), through torch.
 
-Usage: python3 bench/gpu_cublas_ref.py OUT.json [--reps N]
+Usage: python3 bench/gpu_cublas_ref.py OUT.json [--reps N] [--rows N]
 
 Times y = x @ W^T (torch.nn.functional.linear, which calls cuBLAS) for W 16384 x 16384 bf16
-(512 MiB) and x of 1..8 columns, rotating three weight matrices so no call finds W in the 60 MB
+(512 MiB; --rows sets the row count, e.g. 32768 for the 1 GiB matrix that matches the kernel
+bench's 32768 x 16384 Q8_0 shape) and x of 1..8 columns, rotating three weight matrices so no call finds W in the 60 MB
 L2; CUDA events around each call, warm-ups first, median of N calls. Bytes counted: the weight
 bytes streamed (2 per weight). Also times a 1 GiB device-to-device copy (read + write bytes), the
 ceiling, in the same process. Runs on the device machine only (needs a CUDA GPU).
@@ -18,7 +19,7 @@ import sys
 
 import torch
 
-ROWS = COLS = 16384
+COLS = 16384
 BUFFERS = 3
 WARMUPS = 10
 
@@ -41,9 +42,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--reps", type=int, default=101)
+    ap.add_argument("--rows", type=int, default=16384)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    rows = args.rows
+    if rows < 1:
+        print(f"--rows: expected a positive row count, got {rows}", file=sys.stderr)
         return 2
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -55,22 +61,22 @@ def main() -> int:
     copy_tbps = 2 * nbytes / (copy_us * 1e-6) / 1e12
     del src, dst
 
-    weights = [torch.randn(ROWS, COLS, device=dev, dtype=torch.bfloat16) for _ in range(BUFFERS)]
+    weights = [torch.randn(rows, COLS, device=dev, dtype=torch.bfloat16) for _ in range(BUFFERS)]
     xs = torch.randn(8, COLS, device=dev, dtype=torch.bfloat16)
-    wbytes = 2 * ROWS * COLS
+    wbytes = 2 * rows * COLS
     results = []
     for n in range(1, 9):
         x = xs[:n].contiguous()
         us = median_us(lambda i: torch.nn.functional.linear(x, weights[i % BUFFERS]), args.reps)
         results.append({"ncols": n, "us": us, "tbps": wbytes / (us * 1e-6) / 1e12,
-                        "gcolweights_per_s": n * ROWS * COLS / (us * 1e-6) / 1e9})
+                        "gcolweights_per_s": n * rows * COLS / (us * 1e-6) / 1e9})
     # The other layout: W @ X^T with X^T stored K-major ([K, n] contiguous), i.e. column vectors.
     results_col = []
     for n in range(1, 9):
         xt = xs[:n].T.contiguous()
         us = median_us(lambda i: torch.matmul(weights[i % BUFFERS], xt), args.reps)
         results_col.append({"ncols": n, "us": us, "tbps": wbytes / (us * 1e-6) / 1e12,
-                            "gcolweights_per_s": n * ROWS * COLS / (us * 1e-6) / 1e9})
+                            "gcolweights_per_s": n * rows * COLS / (us * 1e-6) / 1e9})
     # Sanity: the product is right (float64 reference on a few rows).
     y = torch.nn.functional.linear(xs[:4], weights[0])
     ref = xs[:4].double() @ weights[0][:64].double().T
@@ -81,7 +87,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "matrix": {"rows": ROWS, "cols": COLS, "dtype": "bfloat16", "buffers": BUFFERS, "bytes": wbytes},
+        "matrix": {"rows": rows, "cols": COLS, "dtype": "bfloat16", "buffers": BUFFERS, "bytes": wbytes},
         "reps": args.reps,
         "warmups": WARMUPS,
         "statistic": "median of per-call CUDA-event times",
@@ -94,7 +100,7 @@ def main() -> int:
     }
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=2)
-    print(f"torch {torch.__version__} cuBLAS bf16 {ROWS}x{COLS}; copy 1 GiB D2D {copy_tbps:.3f} TB/s (r+w)")
+    print(f"torch {torch.__version__} cuBLAS bf16 {rows}x{COLS}; copy 1 GiB D2D {copy_tbps:.3f} TB/s (r+w)")
     print(f"{'ncols':>5} {'linear us':>10} {'TB/s':>7} {'W@xT us':>9} {'TB/s':>7}")
     for r, q in zip(results, results_col):
         print(f"{r['ncols']:>5} {r['us']:>10.2f} {r['tbps']:>7.3f} {q['us']:>9.2f} {q['tbps']:>7.3f}")

@@ -13,7 +13,9 @@
 // Timing: W is 16384 x 16384 Q8_0 (256 MiB qs + 16 MiB scales), three such matrices rotated so no
 // launch finds its weights in the 60 MB L2; CUDA events around each launch, warm-ups first,
 // median of --reps launches. Bytes counted: weight bytes streamed (34 per 32 weights).
-// The device-to-device copy rate (1 GiB, read + write bytes) is measured in the same run.
+// The device-to-device copy rate (1 GiB, read + write bytes) is measured in the same run, and the
+// per-launch fixed cost: an empty kernel, the read-only stream at 256 MiB..1 GiB and the default
+// MMVQ at 8192, 16384 and 32768 x 16384, fitted as t = t0 + bytes / rate.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -361,6 +363,8 @@ __global__ void fill_weights(int8_t* qs, uint16_t* d, size_t nq, size_t nd, uint
     }
 }
 
+__global__ void empty_kernel() {}
+
 __global__ void read_stream(const int4* __restrict__ p, size_t n, int* out) {
     int acc = 0;
     const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -659,6 +663,68 @@ int run(int argc, char** argv) {
         CK(cudaFree(dy));
     }
 
+    // Per-launch fixed cost: every launch pays a start (launch, first loads in flight) and an end
+    // (the last CTAs draining) that do not scale with bytes, so a rate measured on one matrix size
+    // mixes that cost with the streaming rate. Time an empty kernel, the read-only stream and the
+    // default MMVQ at three sizes each (three buffers rotated, none fits in L2) and fit
+    // t = t0 + bytes / rate by least squares: t0 is the fixed cost, rate the marginal stream.
+    struct SizeRow { std::string what; double mib, us; };
+    std::vector<SizeRow> sized;
+    const double empty_us = median_us([&](int) { empty_kernel<<<prop.multiProcessorCount * 4, 128>>>(); }, warm, reps);
+    {
+        const size_t gib = size_t(1) << 30;
+        unsigned char* rb = dalloc<unsigned char>(3 * gib);
+        CK(cudaMemset(rb, 1, 3 * gib));
+        for (const size_t b : {gib / 4, gib / 2, gib}) {
+            const double us = median_us([&](int i) {
+                read_stream<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<const int4*>(rb + size_t(i % 3) * gib), b / 16, dummy);
+            }, warm, reps);
+            sized.push_back({"read", b / double(1 << 20), us});
+        }
+        CK(cudaFree(rb));
+    }
+    constexpr int kTallRows = 2 * kRows;  // 32768 x 16384: 544 MiB of Q8_0, near cuBLAS bf16's 512 MiB at 16384^2
+    {
+        std::vector<DevQ8W> tall(kBufs);
+        const size_t tq = size_t(kTallRows) * kCols;
+        for (int i = 0; i < kBufs; ++i) {
+            tall[i].rows = kTallRows;
+            tall[i].cols = kCols;
+            tall[i].qs = dalloc<int8_t>(tq);
+            tall[i].d = dalloc<uint16_t>(tq / 32);
+            fill_weights<<<prop.multiProcessorCount * 8, 256>>>(tall[i].qs, tall[i].d, tq, tq / 32, 0x5678u + i);
+        }
+        float* dy = dalloc<float>(size_t(8) * kTallRows);
+        for (const int r : {kRows / 2, kRows, kTallRows})
+            for (int n : {1, 2, 3, 4, 8}) {
+                const double us = median_us([&](int i) {
+                    const DevQ8W& w = tall[i % kBufs];
+                    dq::cuda::mmvq(Q8Weights{w.qs, w.d, r, kCols}, abig.view(n), dy, nullptr);
+                }, warm, reps);
+                sized.push_back({"mmvq " + std::to_string(n), double(r) * kCols * 34.0 / 32.0 / (1 << 20), us});
+            }
+        CK(cudaFree(dy));
+        for (DevQ8W& w : tall) {
+            CK(cudaFree(const_cast<int8_t*>(w.qs)));
+            CK(cudaFree(const_cast<uint16_t*>(w.d)));
+        }
+    }
+    struct Fit { std::string what; double t0_us, rate_tbps; };
+    std::vector<Fit> fits;
+    for (size_t i = 0; i < sized.size(); ++i) {  // one fit per name, over all its sizes
+        bool seen = false;
+        for (const Fit& ft : fits) seen = seen || ft.what == sized[i].what;
+        if (seen) continue;
+        double k = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+        for (const SizeRow& r : sized) {
+            if (r.what != sized[i].what) continue;
+            const double x = r.mib * (1 << 20) / 1e6;  // MB
+            k += 1; sx += x; sy += r.us; sxx += x * x; sxy += x * r.us;
+        }
+        const double slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);  // us per MB
+        fits.push_back({sized[i].what, (sy - slope * sx) / k, 1.0 / slope});  // MB/us = TB/s
+    }
+
     // ---- report ----------------------------------------------------------------------------
     std::printf("\nMMVQ config sweep (us, median of %d; 16384x16384 Q8_0, %.1f MiB streamed):\n", reps, wbytes / (1 << 20));
     std::printf("  (-1: did not launch, -2: failed its bitwise check)\n  %-9s", "config");
@@ -681,6 +747,12 @@ int run(int argc, char** argv) {
                     r.us_table, double(r.rows) * r.cols * 34.0 / 32.0 / (r.us_shape * 1e-6) / 1e12);
     std::printf("\nsmaller matrices, register-mode sweep (us):\n");
     for (const std::string& l : small_sweep) std::printf("  %s\n", l.c_str());
+
+    std::printf("\nper-launch fixed cost (t = t0 + bytes / rate, least squares over the sizes; empty kernel %.2f us):\n", empty_us);
+    for (const SizeRow& r : sized)
+        std::printf("  %-7s %7.1f MiB: %8.2f us  %.3f TB/s\n", r.what.c_str(), r.mib, r.us, r.mib * (1 << 20) / (r.us * 1e-6) / 1e12);
+    for (const Fit& ft : fits)
+        std::printf("  fit %-7s t0 %5.2f us, marginal rate %.3f TB/s\n", ft.what.c_str(), ft.t0_us, ft.rate_tbps);
 
     FILE* f = std::fopen(out_path, "w");
     if (!f) {
@@ -708,7 +780,16 @@ int run(int argc, char** argv) {
         std::fprintf(f, "    {\"rows\": %d, \"cols\": %d, \"ncols\": %d, \"us_shape_default\": %.3f, \"us_table_default\": %.3f}%s\n",
                      small[i].rows, small[i].cols, small[i].ncols, small[i].us_shape, small[i].us_table,
                      i + 1 < small.size() ? "," : "");
-    std::fprintf(f, "  ],\n  \"mmvq_sweep_us\": {\n");
+    std::fprintf(f, "  ],\n  \"fixed_cost\": {\"empty_kernel_us\": %.3f, \"sizes\": [\n", empty_us);
+    for (size_t i = 0; i < sized.size(); ++i)
+        std::fprintf(f, "    {\"what\": \"%s\", \"mib\": %.2f, \"us\": %.3f}%s\n", sized[i].what.c_str(), sized[i].mib,
+                     sized[i].us, i + 1 < sized.size() ? "," : "");
+    std::fprintf(f, "  ], \"fits\": [\n");
+    for (size_t i = 0; i < fits.size(); ++i)
+        std::fprintf(f, "    {\"what\": \"%s\", \"t0_us\": %.3f, \"marginal_tbps\": %.4f}%s\n", fits[i].what.c_str(),
+                     fits[i].t0_us, fits[i].rate_tbps, i + 1 < fits.size() ? "," : "");
+    std::fprintf(f, "  ]},\n");
+    std::fprintf(f, "  \"mmvq_sweep_us\": {\n");
     for (size_t k = 0; k < sweep.size(); ++k) {
         std::fprintf(f, "    \"%s\": [", cfg_name(sweep_configs()[k]).c_str());
         for (int n = 1; n <= 8; ++n) std::fprintf(f, "%.3f%s", sweep[k][n], n < 8 ? ", " : "");

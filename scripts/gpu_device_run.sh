@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command on a CUDA machine (the lent H200): build the package with the CUDA backend into a
-# throwaway venv, run the GPU tests, the kernel bench, the ds4-gpu prefill bench and the GPU
+# throwaway venv, run the GPU tests, the kernel bench (and, where torch is installed, the cuBLAS
+# bf16 reference with issue #9's acceptance-1 table), the ds4-gpu prefill bench and the GPU
 # A/B/A qualification (run + verify), writing logs and figures under $OUT (at most 8 files:
 # summary.md build.log tests.log bench.log kernels_bench.json gpu_prefill.json qualify.log
 # evidence.tar.gz) and a
@@ -47,8 +48,18 @@ if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu_kernels_bench.
   echo "[$(stamp)] kernel bench"
   if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu_kernels_bench.cu" \
       "$repo/csrc/cuda/q8_kernels.cu" "$repo/csrc/q8_0.cpp" -o ./gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
-    timeout 120 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
+    timeout 240 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
     note "kernel bench: exit $? (bench.log, kernels_bench.json)"
+    # Acceptance 1 of issue #9: the MMVQ against cuBLAS bf16 at the same two shapes (torch needed).
+    if [ -f "$OUT/kernels_bench.json" ] && python3 -c "import torch" 2>/dev/null; then
+      echo "[$(stamp)] cuBLAS bf16 reference"
+      cb=$(mktemp -d)
+      for r in 16384 32768; do
+        timeout 120 python3 "$repo/bench/gpu_cublas_ref.py" "$cb/cublas_$r.json" --rows $r >>"$OUT/bench.log" 2>&1
+      done
+      python3 "$repo/bench/gpu_mmvq_acceptance.py" "$OUT/kernels_bench.json" "$cb"/cublas_*.json | tee -a "$summary"
+      grep -A 30 "per-launch fixed cost" "$OUT/bench.log" | grep "empty kernel\|fit " | tee -a "$summary"
+    fi
   else
     note "kernel bench: build FAILED (bench.log)"
   fi
