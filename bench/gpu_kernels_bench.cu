@@ -683,6 +683,7 @@ int run(int argc, char** argv) {
         }
         CK(cudaFree(rb));
     }
+    std::vector<std::string> tall_sweep;
     constexpr int kTallRows = 2 * kRows;  // 32768 x 16384: 544 MiB of Q8_0, near cuBLAS bf16's 512 MiB at 16384^2
     {
         std::vector<DevQ8W> tall(kBufs);
@@ -703,6 +704,21 @@ int run(int argc, char** argv) {
                 }, warm, reps);
                 sized.push_back({"mmvq " + std::to_string(n), double(r) * kCols * 34.0 / 32.0 / (1 << 20), us});
             }
+        // The persistent bulk-copy configurations at 1..4 columns on the tall matrix (us).
+        for (const MmvqConfig& c : sweep_configs()) {
+            if (c.mode != 3 || !c.persistent || c.warps_per_block != 4) continue;
+            std::string line = cfg_name(c) + ":";
+            for (int n = 1; n <= 4; ++n) {
+                char cell[24];
+                const double us = median_us([&](int i) {
+                    const DevQ8W& w = tall[i % kBufs];
+                    dq::cuda::mmvq_with_config(Q8Weights{w.qs, w.d, kTallRows, kCols}, abig.view(n), dy, c, nullptr);
+                }, warm, reps);
+                std::snprintf(cell, sizeof cell, " %.2f", us);
+                line += cell;
+            }
+            tall_sweep.push_back(line);
+        }
         CK(cudaFree(dy));
         for (DevQ8W& w : tall) {
             CK(cudaFree(const_cast<int8_t*>(w.qs)));
@@ -753,6 +769,8 @@ int run(int argc, char** argv) {
         std::printf("  %-7s %7.1f MiB: %8.2f us  %.3f TB/s\n", r.what.c_str(), r.mib, r.us, r.mib * (1 << 20) / (r.us * 1e-6) / 1e12);
     for (const Fit& ft : fits)
         std::printf("  fit %-7s t0 %5.2f us, marginal rate %.3f TB/s\n", ft.what.c_str(), ft.t0_us, ft.rate_tbps);
+    std::printf("  persistent bulk-copy configurations at %d x %d, us at 1..4 columns:\n", kTallRows, kCols);
+    for (const std::string& l : tall_sweep) std::printf("    %s\n", l.c_str());
 
     FILE* f = std::fopen(out_path, "w");
     if (!f) {
