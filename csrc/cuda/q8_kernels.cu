@@ -778,13 +778,16 @@ bool tma_shape_ok(const Q8Weights& w) {
 }  // namespace
 
 MmvqConfig mmvq_default_config(int ncols) {
-    // The fastest measured configuration per ncols (H200, 16384 x 16384, docs/gpu-kernels.md):
-    // the persistent bulk-copy ring (mode 3) at every width. Every entry computes the same bits.
+    // The fastest measured configuration per ncols (H200, 16384 x 16384 and 32768 x 16384,
+    // docs/gpu-kernels.md): the persistent bulk-copy ring (mode 3) at every width. R4U3 at 2 and
+    // 4 columns: over 17 sweeps at 16384^2 it was 0.9% faster than R2U2 at 2 columns and level
+    // at 4, and at 32768 x 16384 1.2-1.7% faster at both; at 3 columns R2U2 stayed ahead.
+    // Every entry computes the same bits.
     switch (ncols) {
         case 1:
+        case 3: return {2, 2, 4, 0, 3, 1};
         case 2:
-        case 3:
-        case 4: return {2, 2, 4, 0, 3, 1};
+        case 4: return {4, 3, 4, 0, 3, 1};
         case 5:
         case 6: return {4, 2, 4, 0, 3, 1};
         default: return {8, 2, 4, 0, 3, 1};  // 7, 8
@@ -830,11 +833,14 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
     // The bulk-copy table where it was measured to win: 4 warps per row, scale runs that bulk
     // copies can take (cols % 256 == 0) and enough row groups to fill the SMs (about 2048).
-    const MmvqConfig t = mmvq_default_config(ncols);
+    MmvqConfig t = mmvq_default_config(ncols);
+    // R4U3's deeper ring was measured on 16384^2 and larger only; smaller matrices (the ds4-gpu
+    // shapes) keep R2U2, which was measured there.
+    if ((long long)rows * cols < (1LL << 28) && t.rows_per_warp == 4 && t.unroll == 3) t = {2, 2, 4, 0, 3, 1};
     // At 4+ columns it also wins on the ds4-gpu shapes with fewer row groups (4096 x 4096 and
-    // 2048 x 4096: 3-6% faster than mode 0).
+    // 2048 x 4096: 3-6% faster than mode 0); below 4 columns it takes 2048 row groups of 2 rows.
     if (mmvq_warps_per_row(cols) == kTmaWarpsPerRow && (cols / kQK) % 8 == 0 &&
-        ((rows + t.rows_per_warp - 1) / t.rows_per_warp >= 2048 || ncols >= 4))
+        ((rows + 1) / 2 >= 2048 || ncols >= 4))
         return t;
     return mmvq_register_config(ncols);  // same bits at any R and U
 }

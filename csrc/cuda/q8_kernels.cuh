@@ -64,10 +64,11 @@ struct MmvqConfig {
 };
 // Warps per output row in the canonical order, a function of cols only.
 int mmvq_warps_per_row(int cols);
-// The fastest measured configuration for ncols (1..8) on a 16384 x 16384 matrix (mode 3).
+// The fastest measured configuration for ncols (1..8) on 16384 x 16384 and larger (mode 3).
 MmvqConfig mmvq_default_config(int ncols);
 // The configuration mmvq() uses: the above where it was measured to win (4 warps per row,
-// cols % 256 == 0, and about 2048 row groups or 4+ columns); otherwise the register-streaming
+// cols % 256 == 0, and 2048 row groups of 2 rows or 4+ columns; R2U2 in place of R4U3 below
+// 2^28 weights); otherwise the register-streaming
 // table (mode 0).
 // mmvq() also takes mode 0 when the scales are not 16-byte aligned.
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
