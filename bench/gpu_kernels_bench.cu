@@ -577,16 +577,19 @@ int run(int argc, char** argv) {
     CK(cudaFree(ca));
     CK(cudaFree(cb));
 
-    auto time_mmvq = [&](int n, const MmvqConfig* cfg) {
-        float* dy = dalloc<float>(size_t(8) * kRows);
+    // The first `rows` rows of the rotated buffers, n columns; cfg null: the default path.
+    auto time_mmvq_on = [&](const std::vector<DevQ8W>& bufs, int rows, int n, const MmvqConfig* cfg) {
+        float* dy = dalloc<float>(size_t(8) * rows);
         const double us = median_us([&](int i) {
-            const DevQ8W& w = big[i % kBufs];
-            if (cfg) dq::cuda::mmvq_with_config(w.view(), abig.view(n), dy, *cfg, nullptr);
-            else dq::cuda::mmvq(w.view(), abig.view(n), dy, nullptr);
+            const DevQ8W& b = bufs[i % bufs.size()];
+            const Q8Weights w{b.qs, b.d, rows, b.cols};
+            if (cfg) dq::cuda::mmvq_with_config(w, abig.view(n), dy, *cfg, nullptr);
+            else dq::cuda::mmvq(w, abig.view(n), dy, nullptr);
         }, warm, reps);
         CK(cudaFree(dy));
         return us;
     };
+    auto time_mmvq = [&](int n, const MmvqConfig* cfg) { return time_mmvq_on(big, kRows, n, cfg); };
     // Config sweep (all configs compute the same bits; checked above).
     std::vector<std::vector<double>> sweep(sweep_configs().size(), std::vector<double>(9, 0));
     for (size_t k = 0; k < sweep_configs().size(); ++k)
@@ -695,34 +698,24 @@ int run(int argc, char** argv) {
             tall[i].d = dalloc<uint16_t>(tq / 32);
             fill_weights<<<prop.multiProcessorCount * 8, 256>>>(tall[i].qs, tall[i].d, tq, tq / 32, 0x5678u + i);
         }
-        float* dy = dalloc<float>(size_t(8) * kTallRows);
         for (const int r : {kRows / 2, kRows, kTallRows})
-            for (int n : {1, 2, 3, 4, 8}) {
-                const double us = median_us([&](int i) {
-                    const DevQ8W& w = tall[i % kBufs];
-                    dq::cuda::mmvq(Q8Weights{w.qs, w.d, r, kCols}, abig.view(n), dy, nullptr);
-                }, warm, reps);
-                sized.push_back({"mmvq " + std::to_string(n), double(r) * kCols * 34.0 / 32.0 / (1 << 20), us});
-            }
+            for (int n : {1, 2, 3, 4, 8})
+                sized.push_back({"mmvq " + std::to_string(n), double(r) * kCols * 34.0 / 32.0 / (1 << 20),
+                                 time_mmvq_on(tall, r, n, nullptr)});
         // The persistent bulk-copy configurations at 1..4 columns on the tall matrix (us).
         for (const MmvqConfig& c : sweep_configs()) {
             if (c.mode != 3 || !c.persistent || c.warps_per_block != 4) continue;
             std::string line = cfg_name(c) + ":";
             for (int n = 1; n <= 4; ++n) {
                 char cell[24];
-                const double us = median_us([&](int i) {
-                    const DevQ8W& w = tall[i % kBufs];
-                    dq::cuda::mmvq_with_config(Q8Weights{w.qs, w.d, kTallRows, kCols}, abig.view(n), dy, c, nullptr);
-                }, warm, reps);
-                std::snprintf(cell, sizeof cell, " %.2f", us);
+                std::snprintf(cell, sizeof cell, " %.2f", time_mmvq_on(tall, kTallRows, n, &c));
                 line += cell;
             }
             tall_sweep.push_back(line);
         }
-        CK(cudaFree(dy));
         for (DevQ8W& w : tall) {
-            CK(cudaFree(const_cast<int8_t*>(w.qs)));
-            CK(cudaFree(const_cast<uint16_t*>(w.d)));
+            CK(cudaFree(w.qs));
+            CK(cudaFree(w.d));
         }
     }
     struct Fit { std::string what; double t0_us, rate_tbps; };

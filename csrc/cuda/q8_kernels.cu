@@ -833,10 +833,10 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols) {
     // The bulk-copy table where it was measured to win: 4 warps per row, scale runs that bulk
     // copies can take (cols % 256 == 0) and enough row groups to fill the SMs (about 2048).
-    MmvqConfig t = mmvq_default_config(ncols);
-    // R4U3's deeper ring was measured on 16384^2 and larger only; smaller matrices (the ds4-gpu
-    // shapes) keep R2U2, which was measured there.
-    if ((long long)rows * cols < (1LL << 28) && t.rows_per_warp == 4 && t.unroll == 3) t = {2, 2, 4, 0, 3, 1};
+    // The table's R4U3 at 2 and 4 columns was measured on 16384^2 and larger only; smaller
+    // matrices (the ds4-gpu shapes) take R2U2 there, which was measured on them.
+    const bool small = (long long)rows * cols < (1LL << 28);
+    const MmvqConfig t = small && (ncols == 2 || ncols == 4) ? MmvqConfig{2, 2, 4, 0, 3, 1} : mmvq_default_config(ncols);
     // At 4+ columns it also wins on the ds4-gpu shapes with fewer row groups (4096 x 4096 and
     // 2048 x 4096: 3-6% faster than mode 0); below 4 columns it takes 2048 row groups of 2 rows.
     if (mmvq_warps_per_row(cols) == kTmaWarpsPerRow && (cols / kQK) % 8 == 0 &&

@@ -68,8 +68,7 @@ int mmvq_warps_per_row(int cols);
 MmvqConfig mmvq_default_config(int ncols);
 // The configuration mmvq() uses: the above where it was measured to win (4 warps per row,
 // cols % 256 == 0, and 2048 row groups of 2 rows or 4+ columns; R2U2 in place of R4U3 below
-// 2^28 weights); otherwise the register-streaming
-// table (mode 0).
+// 2^28 weights); otherwise the register-streaming table (mode 0).
 // mmvq() also takes mode 0 when the scales are not 16-byte aligned.
 MmvqConfig mmvq_default_config(int ncols, int rows, int cols);
 void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqConfig& cfg,
