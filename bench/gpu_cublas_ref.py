@@ -4,8 +4,8 @@ Usage: python3 bench/gpu_cublas_ref.py OUT.json [--reps N] [--rows N]
 
 Times y = x @ W^T (torch.nn.functional.linear, which calls cuBLAS) for W 16384 x 16384 bf16
 (512 MiB; --rows sets the row count, e.g. 32768 for the 1 GiB matrix that matches the kernel
-bench's 32768 x 16384 Q8_0 shape) and x of 1..8 columns, rotating three weight matrices so no call finds W in the 60 MB
-L2; CUDA events around each call, warm-ups first, median of N calls. Bytes counted: the weight
+bench's 32768 x 16384 Q8_0 shape) and x of 1..8 columns, rotating three weight matrices so no
+call finds W in the 60 MB L2; CUDA events around each call, warm-ups first, median of N calls. Bytes counted: the weight
 bytes streamed (2 per weight). Also times a 1 GiB device-to-device copy (read + write bytes), the
 ceiling, in the same process. Runs on the device machine only (needs a CUDA GPU).
 """
