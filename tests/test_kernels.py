@@ -152,6 +152,27 @@ def test_mmvq_bitwise_equals_reference_every_ncols_path_and_thread_count(path, r
 
 
 @pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("k", [64, 2048])
+def test_mmvq_extreme_quants_bitwise_equal_reference(path, k):
+    """Every quant at +-127 drives each int32 lane sum to its largest magnitude (4 * 127 * 127);
+    random signs mix positive and negative products. K = 2048 is the longest row the AVX2
+    single-stream (packed int16 pairs at 2..4 columns) step takes."""
+    rng = np.random.default_rng(k)
+    signs = lambda n: np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+    w = K.quantize_q8_0(signs(9))
+    same = np.ones((1, k), dtype=np.float32)
+    w = np.concatenate([w, K.quantize_q8_0(same), K.quantize_q8_0(-same)])  # all +127, all -127
+    x = np.concatenate([K.quantize_q8_0(signs(6)), K.quantize_q8_0(same), K.quantize_q8_0(-same)])
+    for q in (w, x):  # rows of K/32 blocks: fp16 scale, then 32 int8 quants
+        assert np.all(np.abs(q.reshape(len(q), -1, BLOCK_BYTES)[..., 2:].view(np.int8)) == 127)
+    ref = _reference(w, x)
+    assert K.set_simd_path(path)
+    for ncols in range(1, 9):
+        y = K.mul_mat(w, x[:ncols], "mmvq", 1)
+        assert np.array_equal(_bits(y), _bits(ref[:ncols])), (path, ncols)
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_batched_products_equal_single_calls_bitwise(path):
     """mul_mat_batch (the grouped MoE dispatch) computes every product exactly as mul_mat does,
     whatever the mix of shapes, kernels and column counts and however the rows are split."""

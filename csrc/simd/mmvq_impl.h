@@ -10,6 +10,8 @@
 // Dot policy (ISum): `Prep prep(__m256i wq)` once per weight block (shared by all columns),
 // `__m256i isum(const Prep&, __m256i xq)` per column, and `transform_x(qs)` applied once per
 // call to the activation quants (identity for AVX2; x ^ 0x80 for the VNNI offset trick).
+// A packed policy (ISum::Packed, Activations::kPacked) instead takes `pack(qs, out)` once per
+// call and `isum(const Prep&, const __m256i* packed)` per column.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -21,13 +23,23 @@ namespace {
 // Minimum software prefetch distance in weight blocks (128 blocks = 4352 bytes).
 constexpr int kMmvqPrefetchBlocks = 128;
 
-// kWideScales: xd holds each activation scale already broadcast to 8 lanes, at
-// xd[(b * NC + c) * 8] (broadcast_scales below), so a column's s = wd * xd is one vmulps with a
-// memory operand instead of vbroadcastss + vmulps, and wd is vpbroadcastw + vcvtph2ps. Same
-// fp32 values and the same single rounding of s; only the instruction count per block drops.
-template <class ISum, int NC, int R, bool kCanonicalTree = true, bool kWideScales = false>
-inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const float* xd, float* y,
+// How the activations reach the row kernel. Both layouts compute the same exact int32 lane sums
+// and the same fp32 scale product s = wd * xd (one rounding per row, block and column), so both
+// give the canonical bits.
+enum class Activations {
+    // Q8_0 blocks [c][b]; xd[b * 8 + c]. Per column: vbroadcastss xd, s = wd * xd (vmulps).
+    kBlocks,
+    // NC <= 4, for a packed dot policy (ISumAvx2Pairs): each (block, column) packed by ISum::pack
+    // into ISum::kPackedVectors aligned 32-byte vectors at [b][c] (pack_activations); xd[b * 8 + l]
+    // holds column l % 4 in both 128-bit halves (lane_scales). Per block s8 = wd * xd (one vmulps
+    // for all columns); per column s = vpermilps(s8, c), an in-lane shuffle.
+    kPacked,
+};
+
+template <class ISum, int NC, int R, bool kCanonicalTree = true, Activations kAct = Activations::kBlocks>
+inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd, float* y,
                       int N, int n0) {
+    static_assert(kAct != Activations::kPacked || NC <= 4, "lane scales hold at most 4 columns");
     // Fully unrolled (pragmas) so GCC keeps the accumulators in registers instead of
     // mirroring the array to the stack on every block.
     __m256 acc[R * NC];
@@ -42,29 +54,38 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const BlockQ8_0* x, const floa
     const size_t pf = std::max(size_t(R) * nb, size_t(kMmvqPrefetchBlocks));
     for (int b = 0; b < nb; ++b) {
         typename ISum::Prep prep[R];
-        __m256 wd[R];
+        __m256 wd[R];  // kBlocks: fp32(wd) in every lane; kPacked: s8 = wd * xd[b * 8 + lane]
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const BlockQ8_0& wb = wrow[r][b];
             // W streams from DRAM once; run ahead of the R interleaved row streams.
             _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T0);
             prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
-            if constexpr (kWideScales)
-                wd[r] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d)));
+            if constexpr (kAct == Activations::kPacked)
+                wd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d))),
+                                      _mm256_load_ps(xd + size_t(b) * 8));
             else
                 wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
-            const __m256i xq =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[size_t(c) * nb + b].qs));
-            const __m256 xdc = kWideScales ? _mm256_load_ps(xd + (size_t(b) * NC + c) * 8)
-                                           : _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
+            if constexpr (kAct == Activations::kPacked) {
+                const __m256i* xp = static_cast<const __m256i*>(x) + (size_t(b) * NC + c) * ISum::kPackedVectors;
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
-                // s = wd * xd: the same single fp32 rounding as the scalar reference.
-                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
+                for (int r = 0; r < R; ++r) {
+                    const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xp));
+                    acc[r * NC + c] = _mm256_fmadd_ps(_mm256_permute_ps(wd[r], c * 0x55), isum, acc[r * NC + c]);
+                }
+            } else {
+                const __m256i xq = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(x)[size_t(c) * nb + b].qs));
+                const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; ++r) {
+                    const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
+                    // s = wd * xd: the same single fp32 rounding as the scalar reference.
+                    acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
+                }
             }
         }
     }
@@ -113,33 +134,47 @@ inline const BlockQ8_0* prepare_group(const BlockQ8_0* x, int nc, int nb, float*
 }
 
 // Rows [row_begin, row_end) for one prepared group of NC columns, R rows per step.
-template <class ISum, int NC, bool kCanonicalTree, int R = mmvq_rows_per_step<NC>(), bool kWideScales = false>
-void mmvq_row_range(const QMatrixView& w, const BlockQ8_0* x, const float* xd, float* y,
-                    int row_begin, int row_end) {
+template <class ISum, int NC, bool kCanonicalTree, int R = mmvq_rows_per_step<NC>(),
+          Activations kAct = Activations::kBlocks>
+void mmvq_row_range(const QMatrixView& w, const void* x, const float* xd, float* y, int row_begin,
+                    int row_end) {
     const int nb = w.cols / QK8_0;
     int n = row_begin;
     for (; n + R <= row_end; n += R)
-        mmvq_rows<ISum, NC, R, kCanonicalTree, kWideScales>(w.blocks, nb, x, xd, y, w.rows, n);
+        mmvq_rows<ISum, NC, R, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n);
     for (; n < row_end; ++n)
-        mmvq_rows<ISum, NC, 1, kCanonicalTree, kWideScales>(w.blocks, nb, x, xd, y, w.rows, n);
+        mmvq_rows<ISum, NC, 1, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n);
 }
 
-// xd [b * 8 + c] -> wide [(b * NC + c) * 8 + lane] (32-byte aligned; NC * nb * 32 bytes, L1-resident).
-template <int NC>
-inline void broadcast_scales(const float* xd, int nb, float* wide) {
+// Q8_0 blocks [c][b] of NC columns -> the packed dot policy's layout at [b][c]
+// (Activations::kPacked; 64-byte aligned scratch, NC * nb * 32 * kPackedVectors bytes).
+template <class Packed, int NC>
+inline void pack_activations(const BlockQ8_0* x, int nb, __m256i* packed) {
     for (int b = 0; b < nb; ++b)
         for (int c = 0; c < NC; ++c)
-            _mm256_store_ps(wide + (size_t(b) * NC + c) * 8, _mm256_set1_ps(xd[size_t(b) * 8 + c]));
+            Packed::pack(x[size_t(c) * nb + b].qs, packed + (size_t(b) * NC + c) * Packed::kPackedVectors);
 }
 
-// Wide scales where they were measured to pay: the single-stream (AVX2) short-row path with
-// NC >= 2, which is compute-bound on Zen 3 (~10 cycles per block at NC = 4). Same process,
-// alternated, 5 rounds on a shared box, NC = 4: L2-resident 128 x 1024, 1 thread, best
-// 4.16 -> 3.91 ns per block (~6%); 2 threads streaming 80 x 1.5 MiB, median 10.6 -> 12.8 GB/s.
-// NC = 2, 3: within the noise. NC = 1 is bandwidth-bound: unchanged.
+// xd [b * 8 + c] (zeros past NC <= 4) -> lanes 4..7 repeat lanes 0..3, so an in-lane vpermilps
+// selects column c in both halves (Activations::kPacked).
+inline void lane_scales(float* xd, int nb) {
+    for (int b = 0; b < nb; ++b)
+        for (int l = 4; l < 8; ++l) xd[size_t(b) * 8 + l] = xd[size_t(b) * 8 + l - 4];
+}
+
+// The packed path where it was measured to pay: the single-stream (AVX2) short-row path with
+// 2 <= NC <= 4, compute-bound on Zen 3. Against the Q8_0-block loop it replaced (which took the
+// per-column scale as a pre-broadcast memory operand of vmulps), 1 thread, same process:
+// 128 x 1024 L2-resident, best of 3000 interleaved: time 0.88x at NC = 4, 0.92x at NC = 3, 1.00x
+// at NC = 2; streamed from huge pages (40 x 1536 x 1024 and 40 x 1024 x 768, medians of 4
+// alternated rounds): 1.02-1.10x the GB/s at NC = 4, 1.21-1.36x at NC = 3, 0.93-0.99x at NC = 2.
+// Per block at NC = 4 the loop is 34 vector ops (8 vpmaddwd, 4 each of vpaddd, vcvtdq2ps,
+// vpermilps, vfmadd; 2 vpshufb + 2 vpsraw for the weights), about 8 cycles on Zen 3's four FP
+// pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged (int16 pairs were 4-9% slower
+// there). NC 5..8 (never reached by prefill bands, which stop at 4) take the Q8_0-block loop.
 template <class ISum, int NC>
-constexpr bool use_wide_scales(int nb) {
-    return ISum::kSingleStream && NC >= 2 && nb <= kSingleStreamMaxBlocks;
+constexpr bool use_packed_activations(int nb) {
+    return ISum::kSingleStream && NC >= 2 && NC <= 4 && nb <= kSingleStreamMaxBlocks;
 }
 
 template <class ISum, bool kCanonicalTree>
@@ -160,18 +195,25 @@ void mmvq_row_range_any(int nc, const QMatrixView& w, const BlockQ8_0* x, const 
 template <class ISum, int NC>
 void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
     const int nb = w.cols / QK8_0;
-    // One scratch holds xd [nb * 8] then (aligned) the wide scales [nb * NC * 8].
-    float* xd = kernel_scratch(size_t(nb) * 8 * (NC + 1) + 8);
+    // xd [nb * 8], 32-byte aligned for the lane-scale loads.
+    float* xd = reinterpret_cast<float*>(
+        (reinterpret_cast<uintptr_t>(kernel_scratch(size_t(nb) * 8 + 8)) + 31) & ~uintptr_t(31));
     BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
-    if (use_wide_scales<ISum, NC>(nb)) {
-        float* wide = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(xd + size_t(nb) * 8) + 31) &
-                                               ~uintptr_t(31));
-        broadcast_scales<NC>(xd, nb, wide);
-        mmvq_row_range<ISum, NC, true, mmvq_stream_rows_per_step<ISum, NC>(), true>(w, xp, wide, y, row_begin,
-                                                                                  row_end);
-    } else if (nb <= kSingleStreamMaxBlocks)
-        mmvq_row_range<ISum, NC, true, mmvq_stream_rows_per_step<ISum, NC>()>(w, xp, xd, y, row_begin, row_end);
+    constexpr int kStreamR = mmvq_stream_rows_per_step<ISum, NC>();
+    if constexpr (ISum::kSingleStream && NC <= 4) {
+        if (use_packed_activations<ISum, NC>(nb)) {
+            using Packed = typename ISum::Packed;
+            __m256i* packed = reinterpret_cast<__m256i*>(
+                kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
+            pack_activations<Packed, NC>(xp, nb, packed);
+            lane_scales(xd, nb);
+            return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(w, packed, xd, y,
+                                                                                   row_begin, row_end);
+        }
+    }
+    if (nb <= kSingleStreamMaxBlocks)
+        mmvq_row_range<ISum, NC, true, kStreamR>(w, xp, xd, y, row_begin, row_end);
     else
         mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
 }

@@ -34,6 +34,40 @@ inline float hsum_tree(__m256 a) {
     return kCanonical ? hsum_canonical(a) : hsum_adjacent(a);
 }
 
+// AVX2 packed dot policy on int16 pairs: the lane sums of ISumAvx2 without its per-column
+// vpsignb. The weight block (once per row, shared by all columns) widens in-lane to int16:
+// lo holds (w[4j], w[4j+1]) and hi (w[4j+2], w[4j+3]) in 32-bit lane j (vpshufb puts each byte
+// in the high half of a word, vpsraw 8 sign-extends); the activations are widened the same way
+// once per call (pack). Lane j = madd(lo, xlo)[j] + madd(hi, xhi)[j]
+// = sum_{i<4} w[4j+i] * x[4j+i], exact in int32 (|sum| <= 4 * 128 * 128).
+struct ISumAvx2Pairs {
+    static constexpr int kPackedVectors = 2;  // 32-byte vectors per packed (block, column)
+    struct Prep {
+        __m256i lo, hi;
+    };
+    // Within each 128-bit half (lanes j = 4h .. 4h+3, bytes 16h .. 16h+15): word 2m+i of the
+    // half takes byte 4m+i (lo) or 4m+2+i (hi); 0x80 zeroes the low byte of every word.
+    template <int kFirst>
+    static inline __m256i pick(__m256i q) {
+        const __m256i ctl = kFirst == 0
+            ? _mm256_setr_epi8(-128, 0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13,
+                               -128, 0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13)
+            : _mm256_setr_epi8(-128, 2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15,
+                               -128, 2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15);
+        return _mm256_srai_epi16(_mm256_shuffle_epi8(q, ctl), 8);
+    }
+    static inline Prep prep(__m256i wq) { return {pick<0>(wq), pick<2>(wq)}; }
+    static inline void pack(const int8_t* qs, __m256i* out) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+        _mm256_store_si256(out, pick<0>(q));
+        _mm256_store_si256(out + 1, pick<2>(q));
+    }
+    static inline __m256i isum(const Prep& p, const __m256i* xp) {
+        return _mm256_add_epi32(_mm256_madd_epi16(p.lo, _mm256_load_si256(xp)),
+                                _mm256_madd_epi16(p.hi, _mm256_load_si256(xp + 1)));
+    }
+};
+
 // AVX2 dot policy. Exact int32 lane sums of one block: lane j = sum_{i<4} w[4j+i] * x[4j+i].
 // |w| (unsigned) * sign(x, w) (signed) = w * x per element; the int16 pair sums stay within
 // 2*127*127 in magnitude, so maddubs never saturates for quants in [-127, 127]
@@ -41,6 +75,7 @@ inline float hsum_tree(__m256 a) {
 struct ISumAvx2 {
     static constexpr bool kTransformsX = false;
     static constexpr bool kSingleStream = true;  // short MMVQ rows one at a time (mmvq_impl.h)
+    using Packed = ISumAvx2Pairs;                 // 2..4 columns on short rows (mmvq_impl.h)
     struct Prep {
         __m256i wabs, wq;
     };
