@@ -1,4 +1,5 @@
-"""Pure statistics for qualification: medians, MAD, gain, drift, bootstrap CI, rank tests.
+"""Pure statistics for qualification: medians, MAD, gain, drift, bootstrap CI, rank tests,
+order-statistic CI of a median.
 
 Arrays in, frozen dataclasses out; no IO, no printing, no evidence imports. Every
 definition follows DESIGN.md "Statistics" (binding); each function cites its method.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import mannwhitneyu, median_abs_deviation, wilcoxon
+from scipy.stats import binom, mannwhitneyu, median_abs_deviation, wilcoxon
 
 HIGHER = "higher"
 LOWER = "lower"
@@ -40,6 +41,18 @@ class Interval:
     seed: int
     degenerate: bool          # every resample gave the same gain (no spread in the data)
     reason: str | None        # why low/high are None
+
+
+@dataclass(frozen=True)
+class MedianInterval:
+    """Distribution-free confidence interval of a median (or None with a reason)."""
+
+    n: int
+    median: float | None
+    low: float | None
+    high: float | None
+    coverage: float | None  # the interval's exact coverage (>= the confidence asked for)
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,38 @@ def bootstrap_gain_ci(candidate: Sequence[float], reference: Sequence[float], di
     low, high = np.quantile(gains, [alpha / 2.0, 1.0 - alpha / 2.0])
     degenerate = bool(np.all(gains == gains[0]))
     return Interval(confidence, float(low), float(high), resamples, seed, degenerate, None)
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianInterval:
+    """Order-statistic confidence interval of the median, no distribution assumed.
+
+    Args:
+        values: independent measured values (e.g. per-round paired ratios).
+        confidence: the least coverage wanted, e.g. 0.95.
+    Returns:
+        [x(r), x(n-r+1)] of the sorted values for the largest r whose exact coverage
+        P(r <= B <= n - r), B ~ Binomial(n, 1/2), is at least `confidence` (Conover 1999,
+        "Practical Nonparametric Statistics", 3rd ed., section 3.2, the quantile test's
+        confidence interval), with that coverage. Too few values for any such r (n < 6 at
+        0.95) gives None bounds with a reason; the median is still reported.
+    """
+    x = np.sort(_as_array(values))
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    n = int(x.size)
+    if n == 0:
+        return MedianInterval(0, None, None, None, None, "no values")
+    med = float(np.median(x))
+    best = None
+    for r in range(1, n // 2 + 1):
+        coverage = float(binom.cdf(n - r, n, 0.5) - binom.cdf(r - 1, n, 0.5))
+        if coverage >= confidence:
+            best = (r, coverage)
+    if best is None:
+        return MedianInterval(n, med, None, None, None,
+                              f"{n} values are too few for a {confidence:.0%} interval of the median")
+    r, coverage = best
+    return MedianInterval(n, med, float(x[r - 1]), float(x[n - r]), coverage, None)
 
 
 def rank_test(candidate: Sequence[float], reference: Sequence[float]) -> RankTest:

@@ -114,3 +114,22 @@ def test_rank_test_all_tied_and_empty():
     assert stats.rank_test([1.0, 1.0], [1.0, 1.0]).p_value == pytest.approx(1.0)
     empty = stats.rank_test([], [1.0])
     assert empty.p_value is None and "at least 1" in empty.reason
+
+
+def test_median_ci_order_statistics_and_exact_coverage():
+    """n = 9 at 95%: [x(2), x(8)] with coverage 1 - 2 * (1 + 9) / 512 (Binomial(9, 1/2))."""
+    ci = stats.median_ci([9, 1, 8, 2, 7, 3, 6, 4, 5], 0.95)
+    assert (ci.n, ci.median, ci.low, ci.high) == (9, 5.0, 2.0, 8.0)
+    assert ci.coverage == pytest.approx(1 - 2 * 10 / 512)
+    assert ci.reason is None
+    ci = stats.median_ci(range(1, 21), 0.95)  # n = 20: [x(6), x(15)], coverage 0.9586
+    assert (ci.low, ci.high) == (6.0, 15.0) and ci.coverage == pytest.approx(0.958611, abs=1e-6)
+
+
+def test_median_ci_too_few_values_keeps_the_median_and_says_why():
+    ci = stats.median_ci([3.0, 1.0, 2.0, 5.0, 4.0], 0.95)  # best possible coverage 1 - 2/32
+    assert ci.median == 3.0 and ci.low is None and ci.high is None and ci.coverage is None
+    assert "too few" in ci.reason
+    assert stats.median_ci([], 0.95).reason == "no values"
+    with pytest.raises(ValueError, match="confidence"):
+        stats.median_ci([1.0, 2.0], 1.5)
