@@ -211,15 +211,15 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianInterv
     if n == 0:
         return MedianInterval(0, None, None, None, None, "no values")
     med = float(np.median(x))
-    best = None
-    for r in range(1, n // 2 + 1):
-        coverage = float(binom.cdf(n - r, n, 0.5) - binom.cdf(r - 1, n, 0.5))
-        if coverage >= confidence:
-            best = (r, coverage)
-    if best is None:
+    r, coverage = 0, None  # coverage shrinks as r grows: stop at the first r that falls short
+    for k in range(1, n // 2 + 1):
+        c = float(binom.cdf(n - k, n, 0.5) - binom.cdf(k - 1, n, 0.5))
+        if c < confidence:
+            break
+        r, coverage = k, c
+    if r == 0:
         return MedianInterval(n, med, None, None, None,
                               f"{n} values are too few for a {confidence:.0%} interval of the median")
-    r, coverage = best
     return MedianInterval(n, med, float(x[r - 1]), float(x[n - r]), coverage, None)
 
 

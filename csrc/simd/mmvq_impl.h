@@ -172,10 +172,9 @@ inline void lane_scales(float* xd, int nb) {
 // vpermilps, vfmadd; 2 vpshufb + 2 vpsraw for the weights), about 8 cycles on Zen 3's four FP
 // pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged (int16 pairs were 4-9% slower
 // there). NC 5..8 (never reached by prefill bands, which stop at 4) take the Q8_0-block loop.
+// Rows longer than kSingleStreamMaxBlocks (checked in mmvq_nc) keep that loop too.
 template <class ISum, int NC>
-constexpr bool use_packed_activations(int nb) {
-    return ISum::kSingleStream && NC >= 2 && NC <= 4 && nb <= kSingleStreamMaxBlocks;
-}
+constexpr bool kPackedActivations = ISum::kSingleStream && NC >= 2 && NC <= 4;
 
 template <class ISum, bool kCanonicalTree>
 void mmvq_row_range_any(int nc, const QMatrixView& w, const BlockQ8_0* x, const float* xd,
@@ -201,8 +200,8 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
     constexpr int kStreamR = mmvq_stream_rows_per_step<ISum, NC>();
-    if constexpr (ISum::kSingleStream && NC <= 4) {
-        if (use_packed_activations<ISum, NC>(nb)) {
+    if constexpr (kPackedActivations<ISum, NC>) {
+        if (nb <= kSingleStreamMaxBlocks) {
             using Packed = typename ISum::Packed;
             __m256i* packed = reinterpret_cast<__m256i*>(
                 kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));

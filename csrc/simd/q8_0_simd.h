@@ -46,14 +46,13 @@ struct ISumAvx2Pairs {
         __m256i lo, hi;
     };
     // Within each 128-bit half (lanes j = 4h .. 4h+3, bytes 16h .. 16h+15): word 2m+i of the
-    // half takes byte 4m+i (lo) or 4m+2+i (hi); 0x80 zeroes the low byte of every word.
+    // half takes byte 4m+i (kFirst = 0: lo) or 4m+2+i (kFirst = 2: hi) into its high byte; the
+    // control's 0x80 zeroes the low byte of every word.
     template <int kFirst>
     static inline __m256i pick(__m256i q) {
-        const __m256i ctl = kFirst == 0
-            ? _mm256_setr_epi8(-128, 0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13,
-                               -128, 0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13)
-            : _mm256_setr_epi8(-128, 2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15,
-                               -128, 2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15);
+        constexpr char z = char(0x80), f = char(kFirst);
+        const __m256i ctl = _mm256_setr_epi8(z, f, z, f + 1, z, f + 4, z, f + 5, z, f + 8, z, f + 9, z, f + 12, z, f + 13,
+                                             z, f, z, f + 1, z, f + 4, z, f + 5, z, f + 8, z, f + 9, z, f + 12, z, f + 13);
         return _mm256_srai_epi16(_mm256_shuffle_epi8(q, ctl), 8);
     }
     static inline Prep prep(__m256i wq) { return {pick<0>(wq), pick<2>(wq)}; }
