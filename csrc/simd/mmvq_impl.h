@@ -29,10 +29,11 @@ constexpr int kMmvqPrefetchBlocks = 128;
 enum class Activations {
     // Q8_0 blocks [c][b]; xd[b * 8 + c]. Per column: vbroadcastss xd, s = wd * xd (vmulps).
     kBlocks,
-    // NC <= 4, for a packed dot policy (ISumAvx2Pairs): each (block, column) packed by ISum::pack
+    // NC <= 4, for a packed dot policy (ISumAvx2Words): each (block, column) packed by ISum::pack
     // into ISum::kPackedVectors aligned 32-byte vectors at [b][c] (pack_activations); xd[b * 8 + l]
-    // holds column l % 4 in both 128-bit halves (lane_scales). Per block s8 = wd * xd (one vmulps
-    // for all columns); per column s = vpermilps(s8, c), an in-lane shuffle.
+    // holds column l % 4 times ISum::kScale in both 128-bit halves (lane_scales). Per block
+    // s8 = wd * xd (one vmulps for all columns); per column s = vpermilps(s8, c), an in-lane
+    // shuffle.
     kPacked,
 };
 
@@ -155,11 +156,13 @@ inline void pack_activations(const BlockQ8_0* x, int nb, __m256i* packed) {
             Packed::pack(x[size_t(c) * nb + b].qs, packed + (size_t(b) * NC + c) * Packed::kPackedVectors);
 }
 
-// xd [b * 8 + c] (zeros past NC <= 4) -> lanes 4..7 repeat lanes 0..3, so an in-lane vpermilps
-// selects column c in both halves (Activations::kPacked).
-inline void lane_scales(float* xd, int nb) {
-    for (int b = 0; b < nb; ++b)
+// xd [b * 8 + c] (zeros past NC <= 4) -> times scale (a power of two: exact), then lanes 4..7
+// repeat lanes 0..3, so an in-lane vpermilps selects column c in both halves (Activations::kPacked).
+inline void lane_scales(float* xd, int nb, float scale) {
+    for (int b = 0; b < nb; ++b) {
+        for (int l = 0; l < 4; ++l) xd[size_t(b) * 8 + l] *= scale;
         for (int l = 4; l < 8; ++l) xd[size_t(b) * 8 + l] = xd[size_t(b) * 8 + l - 4];
+    }
 }
 
 // The packed path where it was measured to pay: the single-stream (AVX2) short-row path with
@@ -168,9 +171,10 @@ inline void lane_scales(float* xd, int nb) {
 // 128 x 1024 L2-resident, best of 3000 interleaved: time 0.88x at NC = 4, 0.92x at NC = 3, 1.00x
 // at NC = 2; streamed from huge pages (40 x 1536 x 1024 and 40 x 1024 x 768, medians of 4
 // alternated rounds): 1.02-1.10x the GB/s at NC = 4, 1.21-1.36x at NC = 3, 0.93-0.99x at NC = 2.
-// Per block at NC = 4 the loop is 34 vector ops (8 vpmaddwd, 4 each of vpaddd, vcvtdq2ps,
-// vpermilps, vfmadd; 2 vpshufb + 2 vpsraw for the weights), about 8 cycles on Zen 3's four FP
-// pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged (int16 pairs were 4-9% slower
+// Per block at NC = 4 the loop is 32 vector ops (8 vpmaddwd, 4 each of vpaddd, vcvtdq2ps,
+// vpermilps, vfmadd; vpsllw + vpand for the weights, which took 2 vpshufb + 2 vpsraw before
+// the words layout; same in-engine time within the noise, q4 prefill 0.96-0.98x), about 8 cycles
+// on Zen 3's four FP pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged (int16 pairs were 4-9% slower
 // there). NC 5..8 (never reached by prefill bands, which stop at 4) take the Q8_0-block loop.
 // Rows longer than kSingleStreamMaxBlocks (checked in mmvq_nc) keep that loop too.
 template <class ISum, int NC>
@@ -206,7 +210,7 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
             __m256i* packed = reinterpret_cast<__m256i*>(
                 kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
             pack_activations<Packed, NC>(xp, nb, packed);
-            lane_scales(xd, nb);
+            lane_scales(xd, nb, Packed::kScale);
             return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(w, packed, xd, y,
                                                                                    row_begin, row_end);
         }

@@ -34,32 +34,29 @@ inline float hsum_tree(__m256 a) {
     return kCanonical ? hsum_canonical(a) : hsum_adjacent(a);
 }
 
-// AVX2 packed dot policy on int16 pairs: the lane sums of ISumAvx2 without its per-column
-// vpsignb. The weight block (once per row, shared by all columns) widens in-lane to int16:
-// lo holds (w[4j], w[4j+1]) and hi (w[4j+2], w[4j+3]) in 32-bit lane j (vpshufb puts each byte
-// in the high half of a word, vpsraw 8 sign-extends); the activations are widened the same way
-// once per call (pack). Lane j = madd(lo, xlo)[j] + madd(hi, xhi)[j]
-// = sum_{i<4} w[4j+i] * x[4j+i], exact in int32 (|sum| <= 4 * 128 * 128).
-struct ISumAvx2Pairs {
+// AVX2 packed dot policy on int16 words scaled by 256: the lane sums of ISumAvx2 times 2^8,
+// without its per-column vpsignb, and 2 weight ops per block (a vpshufb + vpsraw widening took 4). Word m of the weight block holds bytes
+// (w[2m], w[2m+1]); vpsllw 8 leaves w[2m] * 256 and vpand 0xFF00 leaves w[2m+1] * 256, both
+// exact int16 (|w| <= 127). The activations are widened once per call to sign-extended words:
+// even bytes (x[2m]) and odd bytes (x[2m+1]). Lane j (words 2j, 2j+1) of
+// madd(even_w, even_x) + madd(odd_w, odd_x) = 256 * sum_{i<4} w[4j+i] * x[4j+i], exact in int32
+// (|.| <= 256 * 4 * 127 * 127 < 2^24, so also exact as fp32). The caller scales xd by 2^-8
+// (lane_scales): fl(wd * (xd / 256)) = fl(wd * xd) / 256 exactly (no fp16 product comes near
+// the fp32 subnormals), so fma(s / 256, 256 * isum, acc) rounds the same real value as
+// fma(s, isum, acc): the canonical bits.
+struct ISumAvx2Words {
     static constexpr int kPackedVectors = 2;  // 32-byte vectors per packed (block, column)
+    static constexpr float kScale = 1.0f / 256.0f;
     struct Prep {
         __m256i lo, hi;
     };
-    // Within each 128-bit half (lanes j = 4h .. 4h+3, bytes 16h .. 16h+15): word 2m+i of the
-    // half takes byte 4m+i (kFirst = 0: lo) or 4m+2+i (kFirst = 2: hi) into its high byte; the
-    // control's 0x80 zeroes the low byte of every word.
-    template <int kFirst>
-    static inline __m256i pick(__m256i q) {
-        constexpr char z = char(0x80), f = char(kFirst);
-        const __m256i ctl = _mm256_setr_epi8(z, f, z, f + 1, z, f + 4, z, f + 5, z, f + 8, z, f + 9, z, f + 12, z, f + 13,
-                                             z, f, z, f + 1, z, f + 4, z, f + 5, z, f + 8, z, f + 9, z, f + 12, z, f + 13);
-        return _mm256_srai_epi16(_mm256_shuffle_epi8(q, ctl), 8);
+    static inline Prep prep(__m256i wq) {
+        return {_mm256_slli_epi16(wq, 8), _mm256_and_si256(wq, _mm256_set1_epi16(short(0xFF00)))};
     }
-    static inline Prep prep(__m256i wq) { return {pick<0>(wq), pick<2>(wq)}; }
     static inline void pack(const int8_t* qs, __m256i* out) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
-        _mm256_store_si256(out, pick<0>(q));
-        _mm256_store_si256(out + 1, pick<2>(q));
+        _mm256_store_si256(out, _mm256_srai_epi16(_mm256_slli_epi16(q, 8), 8));
+        _mm256_store_si256(out + 1, _mm256_srai_epi16(q, 8));
     }
     static inline __m256i isum(const Prep& p, const __m256i* xp) {
         return _mm256_add_epi32(_mm256_madd_epi16(p.lo, _mm256_load_si256(xp)),
@@ -74,7 +71,7 @@ struct ISumAvx2Pairs {
 struct ISumAvx2 {
     static constexpr bool kTransformsX = false;
     static constexpr bool kSingleStream = true;  // short MMVQ rows one at a time (mmvq_impl.h)
-    using Packed = ISumAvx2Pairs;                 // 2..4 columns on short rows (mmvq_impl.h)
+    using Packed = ISumAvx2Words;                 // 2..4 columns on short rows (mmvq_impl.h)
     struct Prep {
         __m256i wabs, wq;
     };
