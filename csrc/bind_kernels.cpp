@@ -11,6 +11,7 @@
 #include "bandwidth.h"
 #include "cpu_features.h"
 #include "kernels.h"
+#include "model_ops.h"
 #include "q8_0.h"
 #include "threadpool.h"
 
@@ -217,6 +218,20 @@ void bind_kernels(py::module_& m) {
           "scalar reference dot of two 1-D Q8_0 block rows (canonical order)");
     k.def("fp32_to_fp16", &to_fp16, py::arg("x"), "float32 array -> uint16 fp16 bits (flat)");
     k.def("fp16_to_fp32", &from_fp16, py::arg("h"), "uint16 fp16 bits -> float32 (flat)");
+    k.def("swiglu",
+          [](const py::array& gin, const py::array& uin, float limit) {
+              require_dtype<float>(gin, "gate");
+              require_dtype<float>(uin, "up");
+              const F32Array gate = F32Array::ensure(gin), up = F32Array::ensure(uin);
+              if (gate.ndim() != 1 || up.ndim() != 1 || gate.size() != up.size()) {
+                  throw py::value_error("gate and up: expected 1-D float32 arrays of one length");
+              }
+              F32Array h(gate.size());
+              swiglu_clamped(gate.data(), up.data(), h.mutable_data(), int(gate.size()), limit);
+              return h;
+          },
+          py::arg("gate"), py::arg("up"), py::arg("limit"),
+          "the engine's clamped SwiGLU: min(g, limit) / (1 + exp(-min(g, limit))) * clamp(u, +-limit)");
     k.def("simd_path", [] { return std::string(simd_path()); });
     k.def("set_simd_path", [](const std::string& name) { return set_simd_path(name.c_str()); },
           py::arg("name"));

@@ -270,3 +270,26 @@ def test_simd_path_switch_and_features():
         assert K.simd_path() == path
     assert K.set_simd_path("auto")
     assert K.simd_path() == feats["paths"][-1]
+
+
+def test_swiglu_close_to_float64_and_position_independent():
+    """The engine's SwiGLU (its own vectorized exp, Cephes method) is within a few ulp of a float64
+    evaluation, passes the clamps, and gives each element the same bits wherever it sits (8-lane
+    body or zero-padded tail), which q1 == bands relies on."""
+    rng = np.random.default_rng(7)
+    g = np.concatenate([rng.standard_normal(4001) * 6, [-200.0, -90.0, -87.5, 0.0, 7.0, 7.5, 100.0]]).astype(np.float32)
+    u = (rng.standard_normal(g.size) * 5).astype(np.float32)
+    limit = 7.0
+    h = K.swiglu(g, u, limit)
+    gi = np.minimum(g.astype(np.float64), limit)
+    ref = gi / (1.0 + np.exp(-gi)) * np.clip(u.astype(np.float64), -limit, limit)
+    ok = np.abs(ref) > 1e-30
+    rel = np.abs(h[ok] - ref[ok]) / np.abs(ref[ok])
+    assert rel.max() < 4e-7  # a few fp32 ulp (exp ~1 ulp, then one add, one divide, one multiply)
+    assert np.all(np.abs(h[~ok]) < 1e-30)
+    for start, n in [(0, 1), (3, 5), (5, 8), (9, 17), (100, 31)]:  # tails and bodies at other offsets
+        part = K.swiglu(g[start:start + n].copy(), u[start:start + n].copy(), limit)
+        assert part.tobytes() == h[start:start + n].tobytes()
+    assert np.isnan(K.swiglu(np.array([np.nan], np.float32), np.array([1.0], np.float32), limit)[0])
+    with pytest.raises(ValueError, match="gate: expected dtype float32"):
+        K.swiglu(np.zeros(4), np.zeros(4, np.float32), limit)
