@@ -103,47 +103,33 @@ void rope_apply(float* head, int head_dim, int rope_dim, const float* cos_t, con
     }
 }
 
-void softmax_inplace(float* s, int n) {
+DQ_OPS_CLONES void softmax_inplace(float* s, int n) {
     float m = s[0];
     for (int i = 1; i < n; ++i) m = std::max(m, s[i]);
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        s[i] = std::exp(s[i] - m);
-        sum += s[i];
+    // exp on 8 lanes (each element on its own; the zero-padded tail through the same lanes),
+    // then the sum in index order as before.
+    const F32x8 mv = F32x8{} + m;
+    F32x8 v;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        std::memcpy(&v, s + i, sizeof v);
+        exp_f32x8(v - mv, v);
+        std::memcpy(s + i, &v, sizeof v);
     }
+    if (i < n) {
+        const size_t rest = sizeof(float) * size_t(n - i);
+        v = mv;
+        std::memcpy(&v, s + i, rest);
+        exp_f32x8(v - mv, v);
+        std::memcpy(s + i, &v, rest);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum += s[j];
     const float inv = 1.0f / sum;
-    for (int i = 0; i < n; ++i) s[i] *= inv;
+    for (int j = 0; j < n; ++j) s[j] *= inv;
 }
 
 namespace {
-typedef int32_t I32x8 __attribute__((vector_size(32)));
-
-// exp(x) for SwiGLU, 8 lanes in plain fp32 mul/add (no libm call), so every clone and the
-// padded tail give the same bits per lane. x is clamped to [-87, 88], where the result is a
-// normal float (silu only needs exp(-g) finite: g / (1 + e^88) is ~g * 6e-39).
-// Method and constants: Cephes expf (S. L. Moshier, Cephes Math Library, expf.c): n = round(x
-// / ln 2), r = x - n ln 2 in two steps (ln 2 = C1 + C2, C1 exact in 9 bits), e^r = 1 + r +
-// r^2 P(r) with a degree-5 P, times 2^n built in the exponent bits. About 1 ulp against expf.
-inline void exp_swiglu(F32x8 x, F32x8& out) {
-    const F32x8 lo = F32x8{} - 87.0f, hi = F32x8{} + 88.0f;
-    x = x < lo ? lo : x;
-    x = hi < x ? hi : x;
-    const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds |v| < 2^22 to an integer
-    const F32x8 n = (x * 1.44269504088896341f + kRound) - kRound;
-    const F32x8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    F32x8 p = F32x8{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const F32x8 er = (p * (r * r) + r) + 1.0f;
-    const I32x8 bits = (__builtin_convertvector(n, I32x8) + 127) << 23;  // 2^n, n in [-126, 127]
-    F32x8 scale;
-    std::memcpy(&scale, &bits, sizeof scale);
-    out = er * scale;
-}
-
 // h = min(g, limit) / (1 + exp(-min(g, limit))) * clamp(u, +-limit) on 8 lanes (std::min /
 // std::max's comparisons, so a NaN gate passes through as before).
 inline void swiglu8(const F32x8& g, const F32x8& u, float limit, F32x8& h) {
@@ -152,7 +138,7 @@ inline void swiglu8(const F32x8& g, const F32x8& u, float limit, F32x8& h) {
     F32x8 ui = u < nlim ? nlim : u;
     ui = lim < ui ? lim : ui;
     F32x8 e;
-    exp_swiglu(-gi, e);
+    exp_f32x8(-gi, e);
     h = gi / (1.0f + e) * ui;
 }
 }  // namespace

@@ -272,14 +272,15 @@ def test_simd_path_switch_and_features():
     assert K.simd_path() == feats["paths"][-1]
 
 
-def test_swiglu_close_to_float64_and_position_independent():
+@pytest.mark.parametrize("limit", [7.0, 120.0])  # 120: exp's clamp at 88 and its underflow to 0
+def test_swiglu_close_to_float64_and_position_independent(limit):
     """The engine's SwiGLU (its own vectorized exp, Cephes method) is within a few ulp of a float64
     evaluation, passes the clamps, and gives each element the same bits wherever it sits (8-lane
     body or zero-padded tail), which q1 == bands relies on."""
     rng = np.random.default_rng(7)
-    g = np.concatenate([rng.standard_normal(4001) * 6, [-200.0, -90.0, -87.5, 0.0, 7.0, 7.5, 100.0]]).astype(np.float32)
+    g = np.concatenate([rng.standard_normal(4001) * 6, rng.uniform(-110, 110, 2000),
+                        [-200.0, -90.0, -88.5, -87.5, -87.2, 0.0, 7.0, 7.5, 87.2, 87.5, 100.0]]).astype(np.float32)
     u = (rng.standard_normal(g.size) * 5).astype(np.float32)
-    limit = 7.0
     h = K.swiglu(g, u, limit)
     gi = np.minimum(g.astype(np.float64), limit)
     ref = gi / (1.0 + np.exp(-gi)) * np.clip(u.astype(np.float64), -limit, limit)
