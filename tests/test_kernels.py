@@ -192,6 +192,26 @@ def test_batched_products_equal_single_calls_bitwise(path):
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_fused_wide_and_narrow_products_equal_single_calls_bitwise(path):
+    """At one thread the batch fuses a wide product's rows (2..4 columns) with one-column
+    products' rows of the same short K (the MoE's shared expert beside routed experts): every
+    output keeps the bits of its own call, whichever product runs out of rows first."""
+    rng = np.random.default_rng(12)
+    shapes = [(50, 256, 4), (37, 256, 1), (20, 256, 1), (9, 256, 3), (64, 256, 1), (5, 256, 2),
+              (30, 2048, 4), (30, 2048, 1), (11, 4096, 4), (11, 4096, 1), (6, 256, 1)]
+    items = [(_quantized(rng, rows, k), _quantized(rng, n, k), "mmvq") for rows, k, n in shapes]
+    extreme = np.zeros((8, 256), np.float32)
+    extreme[:, ::2], extreme[:, 1::2] = 127.0, -127.0  # every quant at +-127
+    items.append((K.quantize_q8_0(extreme), K.quantize_q8_0(-extreme[:4]), "mmvq"))
+    items.append((K.quantize_q8_0(extreme), K.quantize_q8_0(extreme[:1]), "mmvq"))
+    assert K.set_simd_path(path)
+    singles = [K.mul_mat(w, x, kern, 1) for w, x, kern in items]
+    got = K.mul_mat_batch(items, 1)
+    for y, ref in zip(got, singles):
+        assert y.shape == ref.shape and np.array_equal(_bits(y), _bits(ref)), path
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_mmvq_column_independent_of_band_position(path):
     """A column gives the same bits whether it is alone (q1) or at any slot of a band."""
     rng = np.random.default_rng(7)

@@ -13,6 +13,10 @@ using MatRowsFn = void (*)(const QMatrixView& w, const BlockQ8_0* x, int ncols, 
                            int row_begin, int row_end);
 // Quantizes K floats (K % 32 == 0) into K/32 Q8_0 blocks, bitwise equal to quantize_row_q8_0_ref.
 using QuantizeRowFn = void (*)(const float* x, BlockQ8_0* y, int k);
+// Fuses rows of a wide narrow-MMVQ product a with rows of a one-column product b (mmvq_impl.h
+// mmvq_pair_any): rows a0 + i and b0 + i for i < the returned count (0 when the pair is not
+// eligible). Every output has the bits of its standalone mmvq call.
+using MatPairFn = int (*)(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 
 struct KernelSet {
     const char* name;  // "scalar", "avx2", "avx512vnni"
@@ -21,6 +25,7 @@ struct KernelSet {
     int mmvq_grain;    // thread slice granularity (rows the kernel handles at once)
     int mmq_grain;
     QuantizeRowFn quantize;  // activation/weight quantization (same bits on every path)
+    MatPairFn mmvq_pair = nullptr;  // wide + one-column fusion (single-thread batches); optional
 };
 
 // Always built (kernels_ref.cpp).
@@ -44,6 +49,7 @@ void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, in
 void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
               int row_end);
 void quantize_row_q8_0_avx2(const float* x, BlockQ8_0* y, int k);
+int mmvq_pair_avx2(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                      int row_begin, int row_end);
 void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,

@@ -37,6 +37,48 @@ enum class Activations {
     kPacked,
 };
 
+// Block b of R rows x NC columns into acc: the body of mmvq_rows' block loop, also run
+// interleaved with a second product's block by mmvq_pair_row.
+template <class ISum, int NC, int R, Activations kAct>
+__attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], const BlockQ8_0* const (&wrow)[R],
+                                                      int b, size_t pf, const void* x, const float* xd, int nb) {
+    typename ISum::Prep prep[R];
+    __m256 wd[R];  // kBlocks: fp32(wd) in every lane; kPacked: s8 = wd * xd[b * 8 + lane]
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        const BlockQ8_0& wb = wrow[r][b];
+        // W streams from DRAM once; run ahead of the R interleaved row streams.
+        _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T0);
+        prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
+        if constexpr (kAct == Activations::kPacked)
+            wd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d))),
+                                  _mm256_load_ps(xd + size_t(b) * 8));
+        else
+            wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+        if constexpr (kAct == Activations::kPacked) {
+            const __m256i* xp = static_cast<const __m256i*>(x) + (size_t(b) * NC + c) * ISum::kPackedVectors;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xp));
+                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_permute_ps(wd[r], c * 0x55), isum, acc[r * NC + c]);
+            }
+        } else {
+            const __m256i xq = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(x)[size_t(c) * nb + b].qs));
+            const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
+                // s = wd * xd: the same single fp32 rounding as the scalar reference.
+                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
+            }
+        }
+    }
+}
+
 template <class ISum, int NC, int R, bool kCanonicalTree = true, Activations kAct = Activations::kBlocks>
 inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd, float* y,
                       int N, int n0) {
@@ -53,43 +95,7 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd
     // thread's rows are one contiguous stream, so this runs ahead across row-group boundaries,
     // where a fixed in-row distance stalls at the start of every group of short rows.
     const size_t pf = std::max(size_t(R) * nb, size_t(kMmvqPrefetchBlocks));
-    for (int b = 0; b < nb; ++b) {
-        typename ISum::Prep prep[R];
-        __m256 wd[R];  // kBlocks: fp32(wd) in every lane; kPacked: s8 = wd * xd[b * 8 + lane]
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const BlockQ8_0& wb = wrow[r][b];
-            // W streams from DRAM once; run ahead of the R interleaved row streams.
-            _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T0);
-            prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
-            if constexpr (kAct == Activations::kPacked)
-                wd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d))),
-                                      _mm256_load_ps(xd + size_t(b) * 8));
-            else
-                wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-            if constexpr (kAct == Activations::kPacked) {
-                const __m256i* xp = static_cast<const __m256i*>(x) + (size_t(b) * NC + c) * ISum::kPackedVectors;
-#pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) {
-                    const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xp));
-                    acc[r * NC + c] = _mm256_fmadd_ps(_mm256_permute_ps(wd[r], c * 0x55), isum, acc[r * NC + c]);
-                }
-            } else {
-                const __m256i xq = _mm256_loadu_si256(
-                    reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(x)[size_t(c) * nb + b].qs));
-                const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
-#pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) {
-                    const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
-                    // s = wd * xd: the same single fp32 rounding as the scalar reference.
-                    acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
-                }
-            }
-        }
-    }
+    for (int b = 0; b < nb; ++b) mmvq_block<ISum, NC, R, kAct>(acc, wrow, b, pf, x, xd, nb);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
@@ -219,6 +225,77 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
         mmvq_row_range<ISum, NC, true, kStreamR>(w, xp, xd, y, row_begin, row_end);
     else
         mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
+}
+
+// A wide product's row (2..4 packed columns: compute-bound on AVX2) and a one-column product's
+// row (bandwidth-bound) in one block loop, so the narrow row's DRAM stream overlaps the wide
+// row's arithmetic instead of the two running one after the other. Each row's accumulators
+// take exactly the steps mmvq_rows gives them alone (mmvq_block, same prefetch distance), so
+// every output has the bits of its standalone call.
+template <class ISum, int NC>
+inline void mmvq_pair_row(const BlockQ8_0* wa_row, const void* xa, const float* xda, float* ya, int NA, int na,
+                          const BlockQ8_0* wb_row, const BlockQ8_0* xb, const float* xdb, float* yb, int NB, int nbr,
+                          int nb) {
+    using Packed = typename ISum::Packed;
+    __m256 acca[NC], accb[1] = {_mm256_setzero_ps()};
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acca[c] = _mm256_setzero_ps();
+    const BlockQ8_0* const wa[1] = {wa_row};
+    const BlockQ8_0* const wb[1] = {wb_row};
+    const size_t pf = std::max(size_t(nb), size_t(kMmvqPrefetchBlocks));
+    for (int b = 0; b < nb; ++b) {
+        mmvq_block<Packed, NC, 1, Activations::kPacked>(acca, wa, b, pf, xa, xda, nb);
+        mmvq_block<ISum, 1, 1, Activations::kBlocks>(accb, wb, b, pf, xb, xdb, nb);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) ya[size_t(c) * NA + na] = hsum_tree<true>(acca[c]);
+    yb[nbr] = hsum_tree<true>(accb[0]);
+}
+
+// Rows a0 + i of a (2..4 columns) and b0 + i of b (1 column), i < min(a1 - a0, b1 - b0), fused
+// row by row; returns that count. Callers check pair_eligible first.
+template <class ISum, int NC>
+int mmvq_pair_nc(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
+    const int nb = a.w.cols / QK8_0;
+    const int n = std::min(a1 - a0, b1 - b0);
+    using Packed = typename ISum::Packed;
+    alignas(32) float xda[kSingleStreamMaxBlocks * 8 + 8];
+    alignas(32) float xdb[kSingleStreamMaxBlocks * 8 + 8];
+    load_activation_scales(a.x, NC, nb, 8, xda);
+    lane_scales(xda, nb, Packed::kScale);
+    load_activation_scales(b.x, 1, nb, 8, xdb);
+    __m256i* packed = reinterpret_cast<__m256i*>(kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
+    pack_activations<Packed, NC>(a.x, nb, packed);
+    for (int i = 0; i < n; ++i)
+        mmvq_pair_row<ISum, NC>(a.w.blocks + size_t(a0 + i) * nb, packed, xda, a.y, a.w.rows, a0 + i,
+                                b.w.blocks + size_t(b0 + i) * nb, b.x, xdb, b.y, b.w.rows, b0 + i, nb);
+    return n;
+}
+
+// Whether mmvq_pair_any can fuse a (wide) with b (narrow): both narrow MMVQ on the packed
+// single-stream path, a with 2..4 columns, b with one, the same short K.
+template <class ISum>
+bool pair_eligible(const MatTask& a, const MatTask& b) {
+    if constexpr (!ISum::kSingleStream) {
+        return false;
+    } else {
+        return a.kernel == MatKernel::kMMVQ && b.kernel == MatKernel::kMMVQ && a.ncols >= 2 && a.ncols <= 4 &&
+               b.ncols == 1 && a.w.cols == b.w.cols && a.w.cols / QK8_0 <= kSingleStreamMaxBlocks &&
+               !ISum::kTransformsX;
+    }
+}
+
+template <class ISum>
+int mmvq_pair_any(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
+    if (!pair_eligible<ISum>(a, b)) return 0;
+    if constexpr (ISum::kSingleStream) {
+        switch (a.ncols) {
+            case 2: return mmvq_pair_nc<ISum, 2>(a, a0, a1, b, b0, b1);
+            case 3: return mmvq_pair_nc<ISum, 3>(a, a0, a1, b, b0, b1);
+            default: return mmvq_pair_nc<ISum, 4>(a, a0, a1, b, b0, b1);
+        }
+    }
+    return 0;
 }
 
 // Any ncols: groups of up to 8 columns, each column still in the canonical order.

@@ -16,7 +16,12 @@ void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int
     mmq_tiled<MmqBackend256<ISumAvx2>>(w, x, ncols, y, row_begin, row_end);
 }
 
-const KernelSet kAvx2Kernels = {"avx2", mmvq_avx2, mmq_avx2, 4, kMmqRowTile, quantize_row_q8_0_avx2};
+int mmvq_pair_avx2(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
+    return mmvq_pair_any<ISumAvx2>(a, a0, a1, b, b0, b1);
+}
+
+const KernelSet kAvx2Kernels = {"avx2", mmvq_avx2, mmq_avx2, 4, kMmqRowTile, quantize_row_q8_0_avx2,
+                                mmvq_pair_avx2};
 
 }  // namespace dq::simd
 
