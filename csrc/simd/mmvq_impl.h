@@ -179,12 +179,28 @@ inline void lane_scales(float* xd, int nb, float scale) {
 // alternated rounds): 1.02-1.10x the GB/s at NC = 4, 1.21-1.36x at NC = 3, 0.93-0.99x at NC = 2.
 // Per block at NC = 4 the loop is 32 vector ops (8 vpmaddwd, 4 each of vpaddd, vcvtdq2ps,
 // vpermilps, vfmadd; vpsllw + vpand for the weights, which took 2 vpshufb + 2 vpsraw before
-// the words layout; same in-engine time within the noise, q4 prefill 0.96-0.98x), about 8 cycles
-// on Zen 3's four FP pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged (int16 pairs were 4-9% slower
-// there). NC 5..8 (never reached by prefill bands, which stop at 4) take the Q8_0-block loop.
-// Rows longer than kSingleStreamMaxBlocks (checked in mmvq_nc) keep that loop too.
+// the words layout; same in-engine time within the noise, q4 prefill 0.96-0.98x), about 8
+// cycles on Zen 3's four FP pipes; it measures ~9.6. NC = 1 is bandwidth-bound: unchanged
+// (int16 pairs were 4-9% slower there). NC 5..8 (never reached by prefill bands, which stop at
+// 4) take the Q8_0-block loop. Rows longer than kSingleStreamMaxBlocks keep that loop too.
+template <class ISum>
+constexpr bool takes_packed(int nc, int nb) {
+    return ISum::kSingleStream && nc >= 2 && nc <= 4 && nb <= kSingleStreamMaxBlocks;
+}
+// The width half of takes_packed, at compile time: which NC instantiate the packed path.
 template <class ISum, int NC>
-constexpr bool kPackedActivations = ISum::kSingleStream && NC >= 2 && NC <= 4;
+constexpr bool kPackedActivations = takes_packed<ISum>(NC, 1);
+
+// xd [b * 8 + c] as loaded for NC columns -> the packed path's lane scales, and X's blocks
+// packed into per-thread scratch (Activations::kPacked's two inputs).
+template <class Packed, int NC>
+inline const __m256i* pack_group(const BlockQ8_0* x, int nb, float* xd) {
+    __m256i* packed =
+        reinterpret_cast<__m256i*>(kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
+    pack_activations<Packed, NC>(x, nb, packed);
+    lane_scales(xd, nb, Packed::kScale);
+    return packed;
+}
 
 template <class ISum, bool kCanonicalTree>
 void mmvq_row_range_any(int nc, const QMatrixView& w, const BlockQ8_0* x, const float* xd,
@@ -211,14 +227,10 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
     constexpr int kStreamR = mmvq_stream_rows_per_step<ISum, NC>();
     if constexpr (kPackedActivations<ISum, NC>) {
-        if (nb <= kSingleStreamMaxBlocks) {
+        if (takes_packed<ISum>(NC, nb)) {
             using Packed = typename ISum::Packed;
-            __m256i* packed = reinterpret_cast<__m256i*>(
-                kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
-            pack_activations<Packed, NC>(xp, nb, packed);
-            lane_scales(xd, nb, Packed::kScale);
-            return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(w, packed, xd, y,
-                                                                                   row_begin, row_end);
+            return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(
+                w, pack_group<Packed, NC>(xp, nb, xd), xd, y, row_begin, row_end);
         }
     }
     if (nb <= kSingleStreamMaxBlocks)
@@ -258,31 +270,24 @@ template <class ISum, int NC>
 int mmvq_pair_nc(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
     const int nb = a.w.cols / QK8_0;
     const int n = std::min(a1 - a0, b1 - b0);
-    using Packed = typename ISum::Packed;
     alignas(32) float xda[kSingleStreamMaxBlocks * 8 + 8];
     alignas(32) float xdb[kSingleStreamMaxBlocks * 8 + 8];
-    load_activation_scales(a.x, NC, nb, 8, xda);
-    lane_scales(xda, nb, Packed::kScale);
-    load_activation_scales(b.x, 1, nb, 8, xdb);
-    __m256i* packed = reinterpret_cast<__m256i*>(kernel_scratch_bytes(size_t(NC) * nb * 32 * Packed::kPackedVectors));
-    pack_activations<Packed, NC>(a.x, nb, packed);
+    // As mmvq_nc prepares each alone (pair_eligible: X is not transformed, so no xt).
+    const BlockQ8_0* xa = prepare_group<ISum>(a.x, NC, nb, xda, nullptr);
+    const __m256i* packed = pack_group<typename ISum::Packed, NC>(xa, nb, xda);
+    const BlockQ8_0* xb = prepare_group<ISum>(b.x, 1, nb, xdb, nullptr);
     for (int i = 0; i < n; ++i)
         mmvq_pair_row<ISum, NC>(a.w.blocks + size_t(a0 + i) * nb, packed, xda, a.y, a.w.rows, a0 + i,
-                                b.w.blocks + size_t(b0 + i) * nb, b.x, xdb, b.y, b.w.rows, b0 + i, nb);
+                                b.w.blocks + size_t(b0 + i) * nb, xb, xdb, b.y, b.w.rows, b0 + i, nb);
     return n;
 }
 
-// Whether mmvq_pair_any can fuse a (wide) with b (narrow): both narrow MMVQ on the packed
-// single-stream path, a with 2..4 columns, b with one, the same short K.
+// Whether mmvq_pair_any can fuse a (wide) with b (narrow): both narrow MMVQ, a on the packed
+// path (takes_packed), b with one column and the same K.
 template <class ISum>
 bool pair_eligible(const MatTask& a, const MatTask& b) {
-    if constexpr (!ISum::kSingleStream) {
-        return false;
-    } else {
-        return a.kernel == MatKernel::kMMVQ && b.kernel == MatKernel::kMMVQ && a.ncols >= 2 && a.ncols <= 4 &&
-               b.ncols == 1 && a.w.cols == b.w.cols && a.w.cols / QK8_0 <= kSingleStreamMaxBlocks &&
-               !ISum::kTransformsX;
-    }
+    return a.kernel == MatKernel::kMMVQ && b.kernel == MatKernel::kMMVQ && b.ncols == 1 && a.w.cols == b.w.cols &&
+           takes_packed<ISum>(a.ncols, a.w.cols / QK8_0) && !ISum::kTransformsX;
 }
 
 template <class ISum>

@@ -35,10 +35,11 @@ inline float hsum_tree(__m256 a) {
 }
 
 // AVX2 packed dot policy on int16 words scaled by 256: the lane sums of ISumAvx2 times 2^8,
-// without its per-column vpsignb, and 2 weight ops per block (a vpshufb + vpsraw widening took 4). Word m of the weight block holds bytes
-// (w[2m], w[2m+1]); vpsllw 8 leaves w[2m] * 256 and vpand 0xFF00 leaves w[2m+1] * 256, both
-// exact int16 (|w| <= 127). The activations are widened once per call to sign-extended words:
-// even bytes (x[2m]) and odd bytes (x[2m+1]). Lane j (words 2j, 2j+1) of
+// without its per-column vpsignb, and 2 weight ops per block (a vpshufb + vpsraw widening took
+// 4). Word m of the weight block holds bytes (w[2m], w[2m+1]); vpsllw 8 leaves w[2m] * 256 and
+// vpand 0xFF00 leaves w[2m+1] * 256, both exact int16 (|w| <= 127). The activations are widened
+// once per call to sign-extended words: even bytes (x[2m]) and odd bytes (x[2m+1]). Lane j
+// (words 2j, 2j+1) of
 // madd(even_w, even_x) + madd(odd_w, odd_x) = 256 * sum_{i<4} w[4j+i] * x[4j+i], exact in int32
 // (|.| <= 256 * 4 * 127 * 127 < 2^24, so also exact as fp32). The caller scales xd by 2^-8
 // (lane_scales): fl(wd * (xd / 256)) = fl(wd * xd) / 256 exactly (no fp16 product comes near
