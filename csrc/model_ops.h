@@ -59,18 +59,28 @@ template <class Row, class Weight>
 __attribute__((always_inline)) inline void weighted_row_sum(Row row, Weight weight, int n, int d, float* dst) {
     int k0 = 0;
     for (; k0 + 32 <= d; k0 += 32) {
-        F32x8 acc[4] = {};
+        // Four named accumulators, not an array: an array copied out with one memcpy was kept
+        // on the stack (zeroed by `rep stos` and stored back every 32 outputs), which cost the
+        // HC stream sums about as much as their arithmetic.
+        F32x8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
         for (int j = 0; j < n; ++j) {
             const float wj = weight(j);
             const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
             const float* rj = row(j) + k0;
-            for (int u = 0; u < 4; ++u) {
-                F32x8 v;
-                std::memcpy(&v, rj + 8 * u, sizeof v);
-                acc[u] += wv * v;
-            }
+            F32x8 v0, v1, v2, v3;
+            std::memcpy(&v0, rj, sizeof v0);
+            std::memcpy(&v1, rj + 8, sizeof v1);
+            std::memcpy(&v2, rj + 16, sizeof v2);
+            std::memcpy(&v3, rj + 24, sizeof v3);
+            a0 += wv * v0;
+            a1 += wv * v1;
+            a2 += wv * v2;
+            a3 += wv * v3;
         }
-        std::memcpy(dst + k0, acc, sizeof acc);
+        std::memcpy(dst + k0, &a0, sizeof a0);
+        std::memcpy(dst + k0 + 8, &a1, sizeof a1);
+        std::memcpy(dst + k0 + 16, &a2, sizeof a2);
+        std::memcpy(dst + k0 + 24, &a3, sizeof a3);
     }
     for (int k = k0; k < d; ++k) {  // the same sequence, one output at a time
         float v = 0.0f;
