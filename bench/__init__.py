@@ -1,5 +1,7 @@
-"""Benchmarks of the DS4-mini engine (not tests): kernels, prefill bands, decode, the llama.cpp peer.
+"""Benchmarks (never tests), by subject; bench/README.md lists each one, what it prints and its target.
 
-`python -m bench` (from the repository root) runs the whole suite side by side in one process
-and writes JSON and a markdown table; bench/kernels.py and bench/prefill.py also run alone.
+  engine/   the DS4-mini CPU suite: kernels, prefill bands, decode (`python -m bench`)
+  gpu/      the CUDA kernel bench and device prefill
+  harness/  measurements of the harness itself: calibration power and truth, overhead, soak
+  peers/    peer engines (llama.cpp) measured side by side with ours
 """

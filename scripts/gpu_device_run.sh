@@ -44,9 +44,9 @@ rc=$?
 note "tests/test_gpu*.py: exit $rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/tests.log")"
 grep -h "CPU vs GPU" "$OUT/tests.log" | head -1 | tee -a "$summary"
 
-if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu_kernels_bench.cu" ]; then
+if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu/kernels_bench.cu" ]; then
   echo "[$(stamp)] kernel bench"
-  if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu_kernels_bench.cu" \
+  if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu/kernels_bench.cu" \
       "$repo/csrc/cuda/q8_kernels.cu" "$repo/csrc/q8_0.cpp" -o ./gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
     timeout 240 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
     note "kernel bench: exit $? (bench.log, kernels_bench.json)"
@@ -55,9 +55,9 @@ if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu_kernels_bench.
       echo "[$(stamp)] cuBLAS bf16 reference"
       cb=$(mktemp -d)
       for r in 16384 32768; do
-        timeout 120 python3 "$repo/bench/gpu_cublas_ref.py" "$cb/cublas_$r.json" --rows $r >>"$OUT/bench.log" 2>&1
+        timeout 120 python3 "$repo/bench/gpu/cublas_ref.py" "$cb/cublas_$r.json" --rows $r >>"$OUT/bench.log" 2>&1
       done
-      python3 "$repo/bench/gpu_mmvq_acceptance.py" "$OUT/kernels_bench.json" "$cb"/cublas_*.json | tee -a "$summary"
+      python3 "$repo/bench/gpu/mmvq_acceptance.py" "$OUT/kernels_bench.json" "$cb"/cublas_*.json | tee -a "$summary"
       grep -A 30 "per-launch fixed cost" "$OUT/bench.log" | grep "empty kernel\|fit " | tee -a "$summary"
     fi
   else
@@ -67,8 +67,8 @@ fi
 
 echo "[$(stamp)] ds4-gpu prefill bench"
 md=$(mktemp)
-timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu_prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
-note "bench/gpu_prefill.py: exit $?"
+timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
+note "bench/gpu/prefill.py: exit $?"
 
 if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; then
   echo "[$(stamp)] dflash-qualify run exact-bands-gpu-aba"

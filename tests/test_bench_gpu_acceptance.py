@@ -1,4 +1,4 @@
-"""bench/gpu_mmvq_acceptance.py: the issue #9 acceptance-1 table from bench JSONs (pure; no GPU)."""
+"""bench/gpu/mmvq_acceptance.py: the issue #9 acceptance-1 table from bench JSONs (pure; no GPU)."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
-    "gpu_mmvq_acceptance", Path(__file__).resolve().parent.parent / "bench" / "gpu_mmvq_acceptance.py")
+    "gpu_mmvq_acceptance", Path(__file__).resolve().parent.parent / "bench" / "gpu" / "mmvq_acceptance.py")
 acc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(acc)
 

@@ -1,4 +1,4 @@
-"""A short soak of `dflash-qualify serve` (bench/soak_serve.py runs the 2,000-request one):
+"""A short soak of `dflash-qualify serve` (bench/harness/soak_serve.py runs the 2,000-request one):
 no errors, identical responses, RSS growth under 5% after warm-up, no process left."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 _SPEC = importlib.util.spec_from_file_location(
-    "soak_serve", Path(__file__).resolve().parent.parent / "bench" / "soak_serve.py")
+    "soak_serve", Path(__file__).resolve().parent.parent / "bench" / "harness" / "soak_serve.py")
 soak_serve = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(soak_serve)
 

@@ -43,7 +43,7 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // exact int32 block dot, then acc = fmaf(w.d * x.d, (float)idot, acc) over the blocks
 // b = w (mod 4) in K order in each of 4 warps, then acc0 + acc1 + acc2 + acc3 left to right.
 // Relative error vs a float64 reference of the same quantized operands is at fp32 rounding level
-// (bench/gpu_kernels_bench.cu checks ||y - ref|| / ||ref|| < 1e-5).
+// (bench/gpu/kernels_bench.cu checks ||y - ref|| / ||ref|| < 1e-5).
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the

@@ -2,7 +2,7 @@
 //
 // Usage: gpu_kernels_bench OUT.json [--reps N] [--time-even-if-failed]
 // Build (one line): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc
-//          bench/gpu_kernels_bench.cu csrc/cuda/q8_kernels.cu csrc/q8_0.cpp -o gpu_kernels_bench
+//          bench/gpu/kernels_bench.cu csrc/cuda/q8_kernels.cu csrc/q8_0.cpp -o gpu_kernels_bench
 //
 // Checks (every one must pass before anything is timed; exit code 1 otherwise):
 //   quantize_q8      bytes and scales bitwise equal to quantize_row_q8_0_ref (random, specials).

@@ -1,6 +1,6 @@
 """Kernel benchmark: bandwidth roofline, narrow MMVQ and MMQ throughput, crossover, threads.
 
-Usage: python bench/kernels.py [--json FILE] [--quick] [--threads N]
+Usage: python bench/engine/kernels.py [--json FILE] [--quick] [--threads N]
 
 Timing happens inside C++ (`_core.kernels.bench_mul_mat`: one warm-up call, then the best of
 `repeats` calls on a random matrix built in C++), so Python overhead is not measured. Every

@@ -1,6 +1,6 @@
 """Prefill benchmark (not a test): q1 vs exact bands q2/q3/q4 on ds4-mini, side by side.
 
-Usage: python bench/prefill.py [--json FILE] [--repeats N] [--threads 1,2] [--model NAME] [--tokens N]
+Usage: python bench/engine/prefill.py [--json FILE] [--repeats N] [--threads 1,2] [--model NAME] [--tokens N]
 
 Per mode it reports the median prefill tok/s over interleaved repeats, the speedup over q1,
 the byte ceiling (counted weight bytes per token of q1 / of the band), the fraction of that

@@ -15,7 +15,7 @@ A, cand, B. "true" is the share of BRACKETS fresh A/A brackets the real gate
 the first 20 of them (what `calibrate --repeats 20` would report); power likewise with the
 candidate multiplied by 1.05 / 1.10.
 
-    python bench/calibration_truth.py [--brackets 2000] [--n 5 10]
+    python bench/harness/calibration_truth.py [--brackets 2000] [--n 5 10]
 
 Results (2026-11-29, issue 8; `--brackets 2000 --n 5 10`, seeds fixed, so reproducible):
 

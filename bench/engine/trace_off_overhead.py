@@ -10,7 +10,7 @@ Build the two variants from the same tree, then compare:
     sed -i 's/if (trace_) /if (false) /' /tmp/nohook/csrc/model_session.cpp
     for d in /tmp/hook /tmp/nohook; do cmake -S $d -B $d/build -DCMAKE_BUILD_TYPE=Release \
         -Dpybind11_DIR=$(python -m pybind11 --cmakedir) && cmake --build $d/build -j2; done
-    python bench/trace_off_overhead.py /tmp/hook/build/_core*.so /tmp/nohook/build/_core*.so ds4-mini 48 5 8
+    python bench/engine/trace_off_overhead.py /tmp/hook/build/_core*.so /tmp/nohook/build/_core*.so ds4-mini 48 5 8
 
 Local result (2026-11-29, 2-core AVX2 VM under load ~7, ds4-mini, 48-token q1 prefill, 1 thread,
 8 interleaved processes x 5 prefills each): hooks in 73.344 tok/s, hooks out 73.437 tok/s

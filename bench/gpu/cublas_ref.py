@@ -1,6 +1,6 @@
 """cuBLAS bf16 mat-vec reference for the narrow-MMVQ acceptance (issue #9), through torch.
 
-Usage: python3 bench/gpu_cublas_ref.py OUT.json [--reps N] [--rows N]
+Usage: python3 bench/gpu/cublas_ref.py OUT.json [--reps N] [--rows N]
 
 Times y = x @ W^T (torch.nn.functional.linear, which calls cuBLAS) for W 16384 x 16384 bf16
 (512 MiB; --rows sets the row count, e.g. 32768 for the 1 GiB matrix that matches the kernel

@@ -1,6 +1,6 @@
 """GPU prefill benchmark (not a test): q1 vs exact bands q2/q3/q4 on ds4-gpu, device="cuda".
 
-Usage: python bench/gpu_prefill.py [--json FILE] [--markdown FILE] [--repeats N] [--model NAME] [--tokens N]
+Usage: python bench/gpu/prefill.py [--json FILE] [--markdown FILE] [--repeats N] [--model NAME] [--tokens N]
 
 Per mode: the median prefill tok/s over interleaved repeats (prefill_ns is timed inside the
 engine and ends with a device synchronize), the speedup over q1, the byte ceiling (counted

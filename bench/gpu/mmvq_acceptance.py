@@ -1,9 +1,9 @@
 """Issue #9 acceptance 1 in one table: narrow-MMVQ TB/s against cuBLAS bf16 at the same shapes.
 
-Usage: python3 bench/gpu_mmvq_acceptance.py KERNELS_BENCH.json CUBLAS.json [CUBLAS.json ...]
+Usage: python3 bench/gpu/mmvq_acceptance.py KERNELS_BENCH.json CUBLAS.json [CUBLAS.json ...]
 
 Reads the kernel bench's JSON (its 16384 x 16384 default-path rows and its per-launch fixed-cost
-sizes, which include 32768 x 16384) and one JSON of bench/gpu_cublas_ref.py per row count, and
+sizes, which include 32768 x 16384) and one JSON of bench/gpu/cublas_ref.py per row count, and
 prints a markdown table per matrix shape: ncols 1..4, the MMVQ's weight TB/s (Q8_0: 34 bytes per
 32 weights), cuBLAS bf16 `W @ xT` TB/s (2 bytes per weight) at the same shape, and their ratio.
 Target (issue #9): >= 4.0 TB/s at 1..4 columns and >= 1.3x cuBLAS at 2 and 4, on >= 256 MiB.

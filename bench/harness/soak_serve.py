@@ -1,6 +1,6 @@
 """Soak `dflash-qualify serve`: sequential and concurrent requests, errors, identical bytes, RSS.
 
-    python bench/soak_serve.py [--requests 2000] [--clients 4] [--model ds4-tiny]
+    python bench/harness/soak_serve.py [--requests 2000] [--clients 4] [--model ds4-tiny]
 
 Starts the server (its own process group, port 0), sends --warmup requests, reads the
 server's VmRSS from /proc/<pid>/status, then --requests sequential requests and --requests

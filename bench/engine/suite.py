@@ -19,7 +19,8 @@ from typing import Callable
 
 from dflash_qualify.engine import Engine, _core
 
-from . import kernels, peer_llamacpp, prefill
+from . import kernels, prefill
+from ..peers import llamacpp_cpu as peer_llamacpp
 
 SECTIONS = ("kernels", "prefill", "decode", "peer")
 FORMAT_VERSION = 1  # 1: first version (probe, kernels, prefill, decode, thread scaling, peer)

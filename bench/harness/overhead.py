@@ -7,7 +7,7 @@ writer (response hashing, the fsync'd samples.jsonl append, progress), the trans
 lines over the worker's pipes) and engine work outside its own timers (tokenize, session
 set-up, detokenize) as seen by the worker.
 
-    python bench/harness_overhead.py [--protocol exact-bands-aba] [--measured 10]
+    python bench/harness/overhead.py [--protocol exact-bands-aba] [--measured 10]
 
 Target: under 1% on ds4-mini. Evidence is written to a temporary directory and removed.
 """

@@ -12,7 +12,7 @@ tok/s (gain = (1 + S/100) - 1 = S%). Then:
 - detection rate: the share of effect brackets the protocol's gate qualified
   (analysis.compute, the same code `run` uses).
 
-    python bench/calibration_power.py [--protocol exact-bands-quick] [--pairs 30]
+    python bench/harness/calibration_power.py [--protocol exact-bands-quick] [--pairs 30]
         [--slowdown 5] [--simulations 1000] [--json OUT.json]
 
 Target (issue 8): |detection rate - predicted power| <= 10 percentage points. Exit 0 when

@@ -1,0 +1,1 @@
+"""Harness measurements: calibration power and truth, harness overhead, serve soak."""

@@ -1,0 +1,1 @@
+"""Peer engines measured side by side with ours (llama.cpp)."""
