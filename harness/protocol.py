@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from . import schedule as schedule_mod
 from .errors import UsageError
+from .targets import openai_options
 
 # Schema history:
 #   1 — first version: bracket and compare kinds, embedded target, [[prompts]], [[arms]].
@@ -40,7 +41,7 @@ HTTP_TIMING = {
 }
 # request fields an HTTP target sets itself (extra_body may not override them)
 HTTP_RESERVED = {"llamacpp": ("prompt", "n_predict", "stream", "cache_prompt", "return_tokens"),
-                 "openai": ("prompt", "max_tokens", "stream", "stream_options", "model")}
+                 "openai": openai_options.RESERVED}
 # metric -> direction (which way is better)
 METRICS = {"prefill_tok_s": "higher", "prefill_ms": "lower", "decode_tok_s": "higher",
            "total_ms": "lower"}
@@ -260,6 +261,11 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     arms = _arms(ck, doc["arms"], kind, measure, target["kind"])
     schedule, schedule_plan = _schedule(ck, doc.get("schedule"), arms, kind)
     warnings = _http_checks(ck, doc, target, arms, measure)
+    if target["kind"] == "openai":  # endpoint, stream, timings (targets/openai_options.py)
+        commands = [c for c in [target["command"]] + [a.get("command") for a in arms] if c]
+        fields, more = openai_options.parse(ck, doc["target"], commands, target["url"] is not None)
+        target.update(fields)
+        warnings += more
     _expand_commands(target, arms, base_dir)
     if measure["cache"] == "cold" and target["prefix_cache_slots"] > 0:
         ck.fail("target.prefix_cache_slots", '0 when measure.cache = "cold"',
@@ -329,7 +335,7 @@ def _pin_cpu(ck: _Checker, t: dict) -> int | str | None:
 def _http_target(ck: _Checker, t: dict, kind: str) -> dict:
     """llamacpp / openai: a server command template started per arm, or a running server's url."""
     ck.table(t, "target", {"kind", "command", "url", "health_path", "start_timeout_s", "model",
-                           "extra_body"})
+                           "extra_body"} | (openai_options.KEYS if kind == "openai" else set()))
     given = [k for k in ("command", "url") if k in t]
     if len(given) != 1:
         ck.fail("target", "exactly one of command (a server started per arm) or url (attach to "

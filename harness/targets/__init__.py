@@ -34,7 +34,12 @@ def _http(kind: str) -> Callable[[dict[str, Any], dict[str, Any]], Target]:
             from .openai import OpenAITarget as cls
         t = protocol["target"]
         command = arm.get("command") or t["command"]
-        return cls(arm["id"], command=command,
+        extra: dict[str, Any] = {}
+        if kind == "openai":  # endpoint, stream, timings (openai_options.py; absent in old evidence)
+            from .timings import from_json
+            extra = {"endpoint": t.get("endpoint", "completions"), "stream": t.get("stream", True),
+                     "timings": from_json(t.get("timings"))}
+        return cls(arm["id"], command=command, **extra,
                    url=None if command else (arm.get("url") or t["url"]),
                    env=arm["env"], health_path=t["health_path"],
                    start_timeout_s=protocol["timeouts"]["start_s"],
