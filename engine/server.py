@@ -29,6 +29,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from . import _core
+from . import dflash_server_api as dflash_api
 from . import server_api as api
 from .config import load_config
 from .engine import Engine
@@ -41,6 +42,7 @@ from .tokenizer import detokenize, prompt_tokens
 log = logging.getLogger("dflash_qualify.engine.server")
 ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tfs'
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+APIS = ("dflash", "dflash-server")  # serve --api: our routes, or lucebox dflash_server's shape
 SHUTDOWN_GRACE_S = 5.0  # in-flight requests get this long after SIGTERM/SIGINT, then are cancelled
 
 
@@ -57,6 +59,8 @@ class ServerConfig:
     prefix_cache_slots: int = 0
     host: str = "127.0.0.1"
     port: int = 8080
+    api: str = "dflash"   # "dflash": llama.cpp + OpenAI routes; "dflash-server": upstream shape
+
 
     @property
     def model_name(self) -> str:
@@ -74,6 +78,8 @@ def check_config(config: ServerConfig) -> None:
     load_config(config.model)
     if not 0 <= config.port <= 65535:
         raise EngineError(f"port must be 0..65535, got {config.port}")
+    if config.api not in APIS:
+        raise EngineError(f"api must be one of {', '.join(APIS)}, got {config.api!r}")
 
 
 # -- generation (every function here runs on the engine thread) ----------------------------------
@@ -299,7 +305,8 @@ Events = list[dict[str, Any] | str]  # SSE payloads: JSON objects, or a literal 
 
 async def _stream(request: web.Request, host: EngineHost, req: api.GenRequest,
                   on_token: Callable[[str, int], dict[str, Any]],
-                  on_finish: Callable[[str, GenerateResult], Events]) -> web.StreamResponse:
+                  on_finish: Callable[[str, GenerateResult], Events],
+                  start: Events = ()) -> web.StreamResponse:
     """Stream one generation as SSE: prefill (errors still get a JSON status), then one event per
     token, then the finishing events. The lock is held until the last byte."""
     engine = host.ready_engine()
@@ -309,6 +316,8 @@ async def _stream(request: web.Request, host: EngineHost, req: api.GenRequest,
         await resp.prepare(request)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
+            for event in start:
+                await resp.write(_sse(event))
             while (tok := await host.call(ts.next)) is not None:
                 await resp.write(_sse(on_token(decoder.decode(bytes(detokenize([tok]))), tok)))
             gen = ts.result()
@@ -365,9 +374,28 @@ async def openai_chat(request: web.Request) -> web.StreamResponse:
     return await _openai(request, chat=True)
 
 
+async def dflash_server_chat(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions in lucebox dflash_server's shape (dflash_server_api.py)."""
+    host = request.app[HOST_KEY]
+    req = api.parse_openai_chat(await _body(request))
+    name = host.config.model_name
+    if not req.stream:
+        return _json(dflash_api.chat(await _complete(host, req), name))
+    chunks = dflash_api.ChatStream(name)
+    return await _stream(request, host, req, lambda piece, tok: chunks.token(piece),
+                         chunks.finish, start=[chunks.start()])
+
+
 def make_app(host: EngineHost) -> web.Application:
     app = web.Application(middlewares=[error_middleware])
     app[HOST_KEY] = host
+    if host.config.api == "dflash-server":  # chat only, usage.timings (dflash_server_api.py)
+        app.router.add_get("/health", health)
+        app.router.add_get("/", health)
+        app.router.add_get("/props", props)
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/chat/completions", dflash_server_chat)
+        return app
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/completion", completion)

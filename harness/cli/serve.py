@@ -25,10 +25,17 @@ from ..errors import UsageError
               help="Narrow-MMVQ width cap 1..8 [default: LUCE_MMVQ_MAX_NCOLS, else 4].")
 @click.option("--prefix-cache-slots", type=click.IntRange(0), default=0, show_default=True,
               help="Prefix cache snapshots; requests with cache_prompt=false bypass it.")
+@click.option("--api", "api", type=click.Choice(["dflash", "dflash-server"]), default="dflash",
+              show_default=True,
+              help="dflash: llama.cpp and OpenAI routes; dflash-server: lucebox dflash_server's "
+                   "shape (POST /v1/chat/completions only, timings under usage.timings).")
 def command(host: str, port: int, model: str, seed: int, threads: int | None, bands: bool | None,
-            chunk: int | None, mmvq_max_ncols: int | None, prefix_cache_slots: int) -> None:
+            chunk: int | None, mmvq_max_ncols: int | None, prefix_cache_slots: int,
+            api: str) -> None:
     """Serve the embedded engine: GET /health, POST /completion (llama.cpp), GET /v1/models,
-    POST /v1/completions and /v1/chat/completions (OpenAI, with streaming).
+    POST /v1/completions and /v1/chat/completions (OpenAI, with streaming). With
+    --api dflash-server: GET /health, GET /v1/models and POST /v1/chat/completions only, in
+    lucebox dflash_server's shape (timings under usage.timings).
 
     Requests are served one at a time; concurrent clients queue. Flags override the
     environment (DFLASH_DS4_EXACT_PREFILL_BANDS, LUCE_MMVQ_MAX_NCOLS). Stops on SIGTERM/SIGINT.
@@ -39,7 +46,7 @@ def command(host: str, port: int, model: str, seed: int, threads: int | None, ba
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[serve] %(message)s")
     config = ServerConfig(model=model, seed=seed, threads=threads, bands=bands, chunk=chunk,
                           mmvq_max_ncols=mmvq_max_ncols, prefix_cache_slots=prefix_cache_slots,
-                          host=host, port=port)
+                          host=host, port=port, api=api)
 
     def listening(bound_host: str, bound_port: int) -> None:
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # IPv6 literal in a URL
