@@ -12,7 +12,7 @@ import math
 import re
 from typing import Callable
 
-from . import exactness, stats
+from . import exactness, stats, token_diff
 from . import schedule as schedule_mod
 from .errors import UsageError
 
@@ -23,8 +23,10 @@ STATS_SCHEMA = "dflash-qualify.stats"
 #      reference block of a sequential schedule (ABA: arms A and B, as in 1); comparisons add
 #      `schedule`, `drift_blocks`, `blocks` (per-block medians and drift) and `paired_test`
 #      (Wilcoxon signed-rank). `verify` recomputes a version-1 file the version-1 way.
-STATS_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+#   3: a response mismatch whose samples carry token ids names the first differing token
+#      (responses.first_mismatch.first_differing_token, harness/token_diff.py).
+STATS_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 
 GATE_KEYS = ("min_gain_pct", "max_drift_pct", "require_identical", "confidence",
              "bootstrap_resamples", "seed")
@@ -386,7 +388,8 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
         "decimals": view["decimals"], "methods": METHODS if version < 2 else METHODS_V2,
         "arms": arms,
         "comparisons": [_comparison_json(view, samples, g, version) for g in view["groups"]],
-        "responses": exactness.check(samples, set(view["references"]), response_bytes),
+        "responses": exactness.check(samples, set(view["references"]), response_bytes,
+                                     tokens=version >= 3),
         "requests": _requests_json(samples),
         "gate": view["gate"],
     }
@@ -412,6 +415,8 @@ def describe_mismatch(m: dict) -> str:
     if m.get("group"):
         prompt += f" in group {m['group']}"
     text = f"request {where} for {prompt} returned {r['response_sha256']}, not the reference {against}'s {ref['response_sha256']}"
+    if m.get("first_differing_token") is not None:
+        text += "; " + token_diff.describe(m["first_differing_token"])
     if m.get("first_differing_byte") is not None:
         text += (f"; first differing byte at position {m['first_differing_byte']} "
                  f"(lengths {m['response_len']} vs reference {m['reference_len']})")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from . import token_diff
+
 BYTES_HASHED = "the generated continuation's raw bytes (not the prompt)"
 
 
@@ -31,12 +33,14 @@ def first_difference(a: bytes, b: bytes) -> int | None:
 
 
 def check(samples: list[dict], reference_arms: set[str],
-          response_bytes: Callable[[str], bytes]) -> dict:
+          response_bytes: Callable[[str], bytes], *, tokens: bool = True) -> dict:
     """Group requests by (group, prompt_id) and check every response SHA-256 agrees.
 
     The reference response of a prompt is its earliest request (lowest seq) from a
     reference arm, or its earliest request if no reference arm asked it. Warm-ups count.
     Failed requests (ok false) and requests without a hash are counted, not compared.
+    With ``tokens`` (stats version 3 on), a mismatch whose two samples carry token ids also
+    names the first differing token (token_diff.py): index, both ids, both texts if recorded.
 
     Returns:
         {"bytes_hashed", "total", "hashed", "identical" (True/False, or None when no request
@@ -67,6 +71,8 @@ def check(samples: list[dict], reference_arms: set[str],
             mismatches += 1
             if first is None or s.get("seq", 0) < first["request"]["seq"]:
                 first = _mismatch(key, s, reference, response_bytes)
+                if tokens:
+                    first["first_differing_token"] = token_diff.of_samples(reference, s)
     identical = None if hashed == 0 else mismatches == 0
     return {"bytes_hashed": BYTES_HASHED, "total": len(samples), "hashed": hashed,
             "identical": identical, "prompts": prompts, "mismatches": mismatches,

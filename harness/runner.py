@@ -255,6 +255,8 @@ class Runner:
             "worker_ms": _number_or_none(response.timings.get("worker_ms")),
             "t_start_utc": t_start, "ok": True, "error": None,
         }
+        if response.token_texts is not None:  # names the first differing token (token_diff.py)
+            record["response_token_texts"] = response.token_texts
         failure = None
         if proto["cache"] == "cold" and (response.cache_hits or 0) > 0:
             failure = (f"arm {arm['id']}: request {request.id} hit the engine cache "

@@ -40,6 +40,7 @@ class Response:
     decode_ms: float
     cache_hits: int | None           # None: the target does not report cache use
     tokens: list[int] | None = None
+    token_texts: list[str] | None = None  # each token's text, aligned with tokens (if known)
     band_widths: dict[str, int] | None = None
     weight_bytes: int | None = None
     timings: dict[str, Any] = field(default_factory=dict)  # everything the target reported

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import json
 from typing import Any
 
 from .base import Request, Response
 from .http_base import HttpFailure, HttpTarget
 
 COMPLETION_PATH = "/completion"
+DETOKENIZE_PATH = "/detokenize"
 REQUIRED_TIMINGS = {"prompt_n": int, "prompt_ms": (int, float), "predicted_n": int,
                     "predicted_ms": (int, float)}
 
@@ -93,6 +96,11 @@ def engine_extras(dflash: Any) -> tuple[dict[str, int] | None, int | None]:
 class LlamaCppTarget(HttpTarget):
     """llama.cpp's server (or anything answering its /completion) for one arm."""
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._pieces: dict[int, str] = {}     # token id -> text (POST /detokenize), per server
+        self._detokenize = True               # False once the server has no /detokenize
+
     async def _request(self, request: Request) -> Response:
         body = self.body(completion_body(request, self.cache_cold), request.options)
         data = await self.post_json(COMPLETION_PATH, body, request.id)
@@ -100,4 +108,32 @@ class LlamaCppTarget(HttpTarget):
         def fail(code: str, text: str) -> HttpFailure:
             return self.fail(code, f"request {request.id}: {text}")
 
-        return parse_completion(data, fail)
+        response = parse_completion(data, fail)
+        if response.tokens and self._detokenize:
+            texts = await self._token_texts(response.tokens)
+            if texts is not None:
+                response = dataclasses.replace(response, token_texts=texts)
+        return response
+
+    async def _token_texts(self, tokens: list[int]) -> list[str] | None:
+        """Each token's text via llama-server's POST /detokenize, one call per token id not
+        seen before (after the timed request, so the server's own timings are unaffected); a
+        mismatch can then name the first differing token's text. None without /detokenize."""
+        assert self._session is not None
+        for tok in dict.fromkeys(tokens):
+            if tok in self._pieces:
+                continue
+            try:
+                async with self._session.post(self.base_url + DETOKENIZE_PATH,
+                                              json={"tokens": [tok]}) as r:
+                    raw = await r.read()
+                    ok = r.status == 200
+                piece = json.loads(raw).get("content") if ok else None
+            except (ValueError, AttributeError):
+                piece = None
+            if not isinstance(piece, str):
+                self._detokenize = False
+                self._note(f"POST {DETOKENIZE_PATH} unavailable: token texts not recorded")
+                return None
+            self._pieces[tok] = piece
+        return [self._pieces[t] for t in tokens]
