@@ -1,0 +1,123 @@
+"""Git-ref builds (harness/builds.py) on a throwaway repository with two commits: each commit
+built once in its own worktree, reused from the cache, artifact hashes recorded, conflicts named."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_qualify.harness import builds
+from dflash_qualify.harness.errors import RunFailed, UsageError
+
+import git_engine_repo as repo_mod
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "engine-repo"
+    return path, repo_mod.make_repo(path)
+
+
+def spec_of(path: Path, command=None) -> builds.BuildSpec:
+    return builds.BuildSpec(repo=path, command=tuple(command or repo_mod.BUILD_COMMAND),
+                            artifacts=tuple(repo_mod.ARTIFACTS))
+
+
+def count(b: builds.Build) -> int:
+    return int((b.worktree.parent / "BUILD_COUNT").read_text())
+
+
+def test_each_commit_builds_once_then_comes_from_the_cache(tmp_path, repo):
+    path, commits = repo
+    spec, root = spec_of(path), tmp_path / "cache"
+    arms = [{"id": "A", "ref": "main"}, {"id": "cand", "ref": "fast"}, {"id": "B", "ref": "slow"}]
+    first = builds.build_arms(spec, arms, root=root)
+    assert first["A"].commit == first["B"].commit == commits["slow"]
+    assert first["cand"].commit == commits["fast"]
+    assert not first["A"].cached and not first["cand"].cached
+    assert first["A"].worktree == first["B"].worktree != first["cand"].worktree
+    assert count(first["A"]) == 1 and count(first["cand"]) == 1   # main and slow: one build
+    assert (first["B"].ref, first["A"].ref) == ("slow", "main")
+    for b in first.values():
+        engine = b.worktree / "out" / "engine.py"
+        assert b.artifacts == {"out/engine.py": hashlib.sha256(engine.read_bytes()).hexdigest()}
+        assert "PREFILL_SLEEP_MS" in engine.read_text()
+        assert str(root) in str(b.worktree) and b.log.is_file()
+        assert b.commit in b.log.read_text()
+    assert first["A"].artifacts != first["cand"].artifacts
+    again = builds.build_arms(spec, arms, root=root)
+    assert all(b.cached for b in again.values())
+    assert count(again["A"]) == 1 and count(again["cand"]) == 1   # nothing was rebuilt
+    assert {k: b.artifacts for k, b in again.items()} == {k: b.artifacts for k, b in first.items()}
+    rec = again["cand"].record()
+    assert rec["commit"] == commits["fast"] and rec["cached"] is True
+    assert rec["log_sha256"] == hashlib.sha256(again["cand"].log.read_bytes()).hexdigest()
+    # another build command is another cache entry
+    other = builds.build(spec_of(path, repo_mod.BUILD_COMMAND + ["#"]), "fast", root=root)
+    assert not other.cached and other.worktree != first["cand"].worktree
+
+
+def test_modified_artifact_is_rebuilt(tmp_path, repo):
+    path, _ = repo
+    spec, root = spec_of(path), tmp_path / "cache"
+    b = builds.build(spec, "fast", root=root)
+    (b.worktree / "out" / "engine.py").write_text("tampered")
+    again = builds.build(spec, "fast", root=root)
+    assert not again.cached and again.artifacts == b.artifacts
+
+
+def test_unknown_ref_and_failed_build_are_named(tmp_path, repo):
+    path, _ = repo
+    with pytest.raises(UsageError, match="ref 'nope' names no commit"):
+        builds.build(spec_of(path), "nope", root=tmp_path / "c")
+    bad = spec_of(path, ["sh", "-c", "echo compiling; echo boom >&2; exit 3"])
+    with pytest.raises(RunFailed, match=r"build of main \([0-9a-f]{12}\) failed \(exit code 3\).*boom"):
+        builds.build(bad, "main", root=tmp_path / "c")
+    missing = builds.BuildSpec(repo=path, command=("true",), artifacts=("out/none",))
+    with pytest.raises(RunFailed, match="artifact out/none is missing after the build"):
+        builds.build(missing, "main", root=tmp_path / "c")
+
+
+def test_worktree_placeholder_is_substituted(tmp_path, repo):
+    path, _ = repo
+    b = builds.build(spec_of(path), "fast", root=tmp_path / "c")
+    argv = builds.substitute(["python", "{worktree}/out/engine.py", "--x"], b)
+    assert argv == ["python", f"{b.worktree}/out/engine.py", "--x"]
+
+
+def _arm(aid, role, ref, commit, sha):
+    return {"id": aid, "role": role, "ref": ref,
+            "build": {"ref": ref, "commit": commit, "artifacts": {"bin": sha}}}
+
+
+def test_conflicts_refuse_unlike_builds_unless_the_protocol_names_another_ref():
+    ok = [_arm("A", "reference", "main", "c1", "s1"), _arm("cand", "candidate", "pr", "c2", "s2"),
+          _arm("B", "reference", "main", "c1", "s1")]
+    assert builds.conflicts(ok) == []
+    refs_differ = [ok[0], ok[1], _arm("B", "reference", "v2", "c3", "s3")]
+    assert "reference arms run different engine builds" in builds.conflicts(refs_differ)[0]
+    same_ref = [ok[0], _arm("cand", "candidate", "main", "c1", "other"), ok[2]]
+    assert "names ref main like A but runs a different engine build" in \
+        builds.conflicts(same_ref)[0]
+    partial = [ok[0], {"id": "cand", "role": "candidate"}, ok[2]]
+    assert "arms cand name no ref" in builds.conflicts(partial)[0]
+    assert builds.conflicts([{"id": "A", "role": "reference"}]) == []
+
+
+def test_parse_checks_the_build_table(tmp_path, repo):
+    from dflash_qualify.harness.protocol import _Checker
+    path, _ = repo
+    ck = _Checker("p.toml")
+    spec = builds.parse(ck, {"repo": str(path), "command": ["make"], "artifacts": ["bin/x"]},
+                        tmp_path)
+    assert spec.repo == path and spec.command == ("make",)
+    for table, message in [
+        ({"repo": str(tmp_path), "command": ["make"], "artifacts": ["x"]}, "build.repo: expected a git repository"),
+        ({"repo": str(path), "command": [], "artifacts": ["x"]}, "build.command: expected a non-empty array"),
+        ({"repo": str(path), "command": ["make"], "artifacts": ["../x"]}, "build.artifacts[0]: expected a path inside"),
+        ({"repo": str(path), "command": ["make"]}, "build.artifacts: missing required key"),
+    ]:
+        with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            builds.parse(ck, table, tmp_path)
