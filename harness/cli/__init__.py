@@ -17,6 +17,7 @@ from ..errors import QualifyError
 # command name -> (module in this package exposing a click command named `command`, short help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "Run a qualification protocol and write sealed evidence."),
+    "compare": ("compare", "Bracket two command lines (reference A / candidate / B), no protocol file."),
     "verify": ("verify", "Re-hash and recompute an evidence directory."),
     "report": ("report", "Render an evidence directory as md, json, csv or html."),
     "gate": ("gate", "Turn an evidence directory's verdict into an exit code."),
