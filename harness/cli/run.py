@@ -82,8 +82,8 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     """Run PROTOCOL (a file or a bundled name; default exact-bands-aba) and seal evidence.
 
     Bundled: exact-bands-aba, exact-bands-quick (ds4-tiny), exact-bands-gpu-aba (ds4-gpu on
-    cuda), narrow-mmvq-compare, serve-llamacpp-aba and serve-openai-aba (HTTP targets against
-    `serve`);
+    cuda), narrow-mmvq-compare, serve-llamacpp-aba, serve-openai-aba and serve-dflash-server-aba
+    (HTTP targets against `serve`);
     templates to copy and edit: llama-server-aba, openai-server-aba.
 
     Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
