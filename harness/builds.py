@@ -290,3 +290,60 @@ def conflicts(arms: list[dict[str, Any]]) -> list[str]:
         problems.append(f"arms {missing} name no ref while others do: their engine build is "
                         "not recorded, so it cannot be compared")
     return problems
+
+
+# --------------------------------------------------------------------------- protocol hooks
+
+def resolve_section(ck: Any, doc: dict[str, Any], arms_doc: list[Any], target: dict[str, Any],
+                    base_dir: Path) -> dict[str, Any] | None:
+    """Validate [build] and every arm's `ref`; returns the resolved [build] (None without one).
+
+    Rules: `ref` needs [build]; [build] needs a target that starts a command (command, llamacpp,
+    openai) and at least one arm naming a ref; `{worktree}` may appear only in the commands of
+    arms naming a ref (an arm without its own command uses the target's).
+    """
+    has = "build" in doc
+    refs = {}
+    for i, a in enumerate(arms_doc):
+        if isinstance(a, dict) and "ref" in a:
+            if not has:
+                ck.fail(f"arms[{i}].ref", "no ref without a [build] table (repo, command, "
+                        "artifacts)", a["ref"])
+            refs[i] = ck.string(a["ref"], f"arms[{i}].ref")
+    if not has:
+        return None
+    spec = parse(ck, doc["build"], base_dir)
+    if target.get("kind") not in ("command", "llamacpp", "openai") or not target.get("command"):
+        ck.fail("build", "a target that starts a command per arm (command, llamacpp or openai "
+                "with target.command)", found=f"target kind {target.get('kind')!r}")
+    if not refs:
+        ck.fail("arms", "at least one arm naming a ref when [build] is given", found="none")
+    for i, a in enumerate(arms_doc):
+        argv = a.get("command") or target["command"]
+        if i not in refs and any(PLACEHOLDER in part for part in argv):
+            ck.fail(f"arms[{i}].ref", "a ref: this arm's command uses {worktree}", found="none")
+    return {"repo": str(spec.repo), "command": list(spec.command),
+            "artifacts": list(spec.artifacts), "command_hash": spec.command_hash}
+
+
+def spec_of(section: dict[str, Any]) -> BuildSpec:
+    return BuildSpec(repo=Path(section["repo"]), command=tuple(section["command"]),
+                     artifacts=tuple(section["artifacts"]))
+
+
+def prepare(protocol: dict[str, Any], *, root: Path | None = None,
+            on_progress: Callable[[str], None] | None = None) -> dict[str, Build]:
+    """Build every arm's ref (once per commit) and fill the resolved protocol in place.
+
+    Each arm naming a ref gets ``arm["build"]`` = Build.record() and ``arm["command"]`` =
+    its command (or the target's) with {worktree} substituted. Returns arm id -> Build.
+    """
+    section = protocol["build"]
+    done = build_arms(spec_of(section), protocol["arms"], root=root, on_progress=on_progress)
+    for arm in protocol["arms"]:
+        b = done.get(arm["id"])
+        if b is None:
+            continue
+        arm["build"] = b.record()
+        arm["command"] = substitute(arm.get("command") or protocol["target"]["command"], b)
+    return done
