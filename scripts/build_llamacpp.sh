@@ -2,7 +2,8 @@
 # Build llama.cpp's llama-server and llama-bench from the source vendored in the
 # llama-cpp-python sdist (PyPI), natively for this CPU, into a cache outside the repo.
 #
-# Usage: scripts/build_llamacpp.sh [--cuda]        prints the cache's bin/ folder on its last line
+# Usage: scripts/build_llamacpp.sh [--cuda] [--check]   prints the cache's bin/ folder on its last line
+#        --check: build nothing; exit 1 when the cache holds no build (tests/real_servers.py)
 # Env:   DQ_LLAMA_CACHE  cache root (default ~/.cache/dflash-qualify)
 #        DQ_LLAMA_VERSION llama-cpp-python version (default 0.3.36)
 #        JOBS            build parallelism (default: nproc)
@@ -14,12 +15,20 @@ VERSION="${DQ_LLAMA_VERSION:-0.3.36}"
 CACHE="${DQ_LLAMA_CACHE:-$HOME/.cache/dflash-qualify}"
 JOBS="${JOBS:-$(nproc)}"
 BACKEND=cpu
-[ "${1:-}" = "--cuda" ] && BACKEND=cuda
+CHECK=0
+for arg in "$@"; do
+  case "$arg" in
+    --cuda) BACKEND=cuda ;;
+    --check) CHECK=1 ;;
+    *) echo "usage: $0 [--cuda] [--check]" >&2; exit 2 ;;
+  esac
+done
 CPU_KEY="$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-12)"
 DEST="$CACHE/llama.cpp-$VERSION-$BACKEND-$CPU_KEY"
 if [ -x "$DEST/bin/llama-server" ] && [ -x "$DEST/bin/llama-bench" ]; then
   echo "$DEST/bin"; exit 0
 fi
+[ "$CHECK" = 1 ] && { echo "build_llamacpp: not built yet: $DEST" >&2; exit 1; }
 mkdir -p "$CACHE"
 WORK="$(mktemp -d "$CACHE/build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
