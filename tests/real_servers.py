@@ -29,6 +29,9 @@ BIN_ENV = "DQ_LLAMA_BIN"
 Q8_BLOCK = 34                                # bytes per 32 weights: fp16 scale + 32 int8
 D_MODEL, N_LAYERS, N_HEAD, FFN, CTX = 128, 2, 4, 256, 1024
 BOS, EOS = 256, 257
+# sharp attention: queries QK_GAIN x unit variance, so attention weights react to small changes
+# in the keys (a -ctk q4_0 K cache then changes the greedy tokens of this tiny model)
+QK_GAIN = 8.0
 
 
 class NotBuilt(Exception):
@@ -73,12 +76,12 @@ def _byte_tokens() -> list[str]:
     return [spell[b] for b in range(256)]
 
 
-def _q8_raw(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+def _q8_raw(rng: np.random.Generator, rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
     """Random Q8_0 bytes of a (rows, cols) weight: per block an fp16 scale, then 32 int8."""
     nb = cols // 32
     raw = np.empty((rows, nb, Q8_BLOCK), dtype=np.uint8)
     raw[:, :, 2:] = rng.integers(-127, 128, size=(rows, nb, 32), dtype=np.int8).view(np.uint8)
-    scale = np.float16(1.0 / (73.0 * np.sqrt(cols)))  # unit-variance outputs for unit inputs
+    scale = np.float16(gain / (73.0 * np.sqrt(cols)))  # gain 1: unit-variance outputs
     raw[:, :, :2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
     return raw.reshape(rows, nb * Q8_BLOCK)
 
@@ -111,8 +114,8 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     q8 = gguf.GGMLQuantizationType.Q8_0
 
-    def q(name: str, rows: int, cols: int) -> None:
-        w.add_tensor(name, _q8_raw(rng, rows, cols), raw_dtype=q8)
+    def q(name: str, rows: int, cols: int, gain: float = 1.0) -> None:
+        w.add_tensor(name, _q8_raw(rng, rows, cols, gain), raw_dtype=q8)
 
     def ones(name: str) -> None:
         w.add_tensor(name, np.ones(D_MODEL, dtype=np.float32))
@@ -121,7 +124,7 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
     for i in range(N_LAYERS):
         ones(f"blk.{i}.attn_norm.weight")
         for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            q(f"blk.{i}.{t}.weight", D_MODEL, D_MODEL)
+            q(f"blk.{i}.{t}.weight", D_MODEL, D_MODEL, QK_GAIN if t == "attn_q" else 1.0)
         ones(f"blk.{i}.ffn_norm.weight")
         q(f"blk.{i}.ffn_gate.weight", FFN, D_MODEL)
         q(f"blk.{i}.ffn_up.weight", FFN, D_MODEL)
