@@ -12,7 +12,7 @@ import math
 import re
 from typing import Callable
 
-from . import exactness, stats, token_diff
+from . import builds, exactness, stats, token_diff
 from . import schedule as schedule_mod
 from .errors import UsageError
 
@@ -393,6 +393,9 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
         "requests": _requests_json(samples),
         "gate": view["gate"],
     }
+    if protocol.get("build"):  # arms from git refs: their engine builds must be comparable
+        out["builds"] = {"arms": {a["id"]: a.get("build") for a in protocol["arms"]},
+                         "conflicts": builds.conflicts(protocol["arms"])}
     out["verdict"] = verdict(out, view["gate"])
     return out
 
@@ -454,6 +457,11 @@ def verdict(result: dict, gate: dict) -> dict:
             conds.append(_cond("responses_identical", None, False, "responses_differ",
                                f"{resp['mismatches']} request(s) differ: "
                                + describe_mismatch(resp["first_mismatch"])))
+    if result.get("builds") is not None:  # [build] (builds.conflicts)
+        problems = result["builds"]["conflicts"]
+        conds.append(_cond("same_engine_build", None, not problems, "builds_differ",
+                           "; ".join(problems) if problems else
+                           "arms naming one ref run one engine build; the references run one"))
     req = result["requests"]
     conds.append(_cond("requests_ok", None, req["failed"] == 0, "failed_requests",
                        f"{req['failed']} of {req['total']} requests failed"))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import builds as builds_mod
 from . import schedule as schedule_mod
 from .errors import UsageError
 from .targets import openai_options
@@ -245,7 +246,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     if doc.get("kind") == "exactness":  # harness/exactness_protocol.py loads these
         raise UsageError("an exactness protocol: run it with `dflash-qualify exactness`", file=file, field="kind")
     ck.table(doc, "", {"schema_version", "kind", "name", "description", "target", "measure",
-                       "prompts", "gate", "arms", "schedule", "exactness"},
+                       "prompts", "gate", "arms", "schedule", "exactness", "build"},
              {"schema_version", "kind", "name", "arms", "prompts"})
     version = ck.integer(doc["schema_version"], "schema_version")
     if version != SCHEMA_VERSION:
@@ -259,6 +260,14 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
     prompts = _prompts(ck, doc["prompts"], kind, base_dir)
     gate = _gate(ck, ck.sub_table(doc, "gate", "gate"), kind)
     arms = _arms(ck, doc["arms"], kind, measure, target["kind"])
+    build = builds_mod.resolve_section(ck, doc, doc["arms"], target, base_dir)  # [build], refs
+    if build is not None:
+        extra_build = {"build": build}
+        for arm, a in zip(arms, doc["arms"]):
+            if "ref" in a:
+                arm["ref"] = a["ref"]
+    else:
+        extra_build = {}
     schedule, schedule_plan = _schedule(ck, doc.get("schedule"), arms, kind)
     warnings = _http_checks(ck, doc, target, arms, measure)
     if target["kind"] == "openai":  # endpoint, stream, timings (targets/openai_options.py)
@@ -283,7 +292,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "timeouts": measure["timeouts"], "prompts": prompts,
         "groups": [p["id"] for p in prompts] if kind == "compare" else [],
         "arms": arms, "schedule": schedule, "schedule_plan": schedule_plan, "gate": gate,
-        "warnings": warnings, **extra,
+        "warnings": warnings, **extra, **extra_build,
     }
 
 
@@ -563,7 +572,7 @@ def _arms(ck: _Checker, items, kind: str, measure: dict, target_kind: str) -> li
     out, seen = [], set()
     for i, a in enumerate(items):
         path = f"arms[{i}]"
-        allowed = {"id", "label", "role", "env", "engine", "warmups", "measured"}
+        allowed = {"id", "label", "role", "env", "engine", "warmups", "measured", "ref"}
         if target_kind == "command":
             allowed.add("command")   # per-arm program, e.g. two engine builds in A/B/A
         if target_kind in HTTP_KINDS:

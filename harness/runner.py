@@ -29,7 +29,7 @@ MakeTarget = Callable[[dict, dict], Target]
 class Event:
     """A progress event for the display: one arm started/finished or one request done."""
 
-    kind: str                    # "arm_start" | "request" | "arm_end"
+    kind: str                    # "arm_start" | "request" | "arm_end" | "build" (label: text)
     arm: str
     label: str
     phase: str | None = None     # "warmup" | "measured"
@@ -342,6 +342,8 @@ def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
     runner = Runner(protocol, writer, make_target, on_event, secrets)
     env_record: dict[str, Any] = {}
     with failures_leave_incomplete("run", writer, partial, lambda: runner), _signals_raise():
+        if protocol.get("build"):  # arms from git refs: build each commit once (builds.py)
+            _build_arms(protocol, writer, on_event)
         writer.write_json("protocol.json", environment.redact_protocol(protocol))
         writer.write_bytes("protocol.toml",
                            environment.redact_bytes(loaded.source_bytes, secrets))
@@ -405,6 +407,22 @@ def failures_leave_incomplete(what: str, writer: Any, partial: str,
     except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live
         abandon(f"failed: internal error {type(exc).__name__}: {exc}")
         raise
+
+
+def _build_arms(protocol: dict[str, Any], writer: Any,
+                on_event: Callable[[Event], None] | None) -> None:
+    """[build]: build (or reuse) every arm's ref, record commits and artifact SHA-256s in the
+    protocol's arms (protocol.json), and copy each build log to logs/build-<commit>.log."""
+    from . import builds
+
+    def progress(text: str) -> None:
+        if on_event is not None:
+            on_event(Event(kind="build", arm="", label=text))
+
+    done = builds.prepare(protocol, on_progress=progress)
+    for b in {b.commit: b for b in done.values()}.values():
+        writer.write_text(f"logs/build-{b.commit[:12]}.log",
+                          b.log.read_text(encoding="utf-8", errors="replace"))
 
 
 def _abandon(runner: Runner, writer: Any, reason: str) -> None:

@@ -42,6 +42,9 @@ class ProgressView:
     def __call__(self, e: Event) -> None:
         unit = UNITS.get(e.metric, "")
         key = e.arm
+        if e.kind == "build":   # [build]: one line per ref built or found in the cache
+            self.console.print(e.label, highlight=False)
+            return
         if e.kind == "arm_start":
             if self.progress is not None:
                 self.tasks[key] = self.progress.add_task("", total=None, arm=e.label,
