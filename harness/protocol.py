@@ -572,9 +572,11 @@ def _arms(ck: _Checker, items, kind: str, measure: dict, target_kind: str) -> li
     out, seen = [], set()
     for i, a in enumerate(items):
         path = f"arms[{i}]"
-        allowed = {"id", "label", "role", "env", "engine", "warmups", "measured", "ref"}
+        allowed = {"id", "label", "role", "env", "engine", "warmups", "measured"}
         if target_kind == "command":
             allowed.add("command")   # per-arm program, e.g. two engine builds in A/B/A
+        if target_kind in ("command", *HTTP_KINDS):
+            allowed.add("ref")       # [build]: the git ref this arm's engine is built from
         if target_kind in HTTP_KINDS:
             allowed |= {"command", "url"}   # per-arm server command template or server url
         ck.table(a, path, allowed, {"id", "role"})
