@@ -84,7 +84,7 @@ class Runner:
     def run(self) -> list[dict[str, Any]]:
         """Run the schedule; returns the sample records (also appended to samples.jsonl)."""
         try:
-            if self.protocol["kind"] == "compare":
+            if self.protocol.get("groups"):  # compare: every prompt a group, arms alternate
                 self._run_interleaved(self.protocol["prompts"], grouped=True)
             elif bracket_order.plan_of(self.protocol)["kind"] == "interleaved":
                 self._run_interleaved(self.protocol["prompts"][:1], grouped=False)
