@@ -1,8 +1,9 @@
 """Qualification protocols: load a TOML file (path or bundled name), validate it, resolve it.
 
-The schema (version 1) is documented in protocols/README.md. Validation is strict: unknown
-keys are errors so a typo never passes silently, and every error is one line naming the
-file, the key path (e.g. ``arms[1].env.LUCE_MMVQ_MAX_NCOLS``), what was expected and what
+The bracket and compare schema (version 1) is documented in protocols/README.md. A file is
+read once (`read_document`) and every kind's schema starts from that `Document`. Validation
+is strict: unknown keys are errors so a typo never passes silently, and every error is one
+line naming the file, the key path (e.g. ``arms[1].env.LUCE_MMVQ_MAX_NCOLS``), what was expected and what
 was found. The resolved protocol is a plain dict (see docs/evidence-format.md,
 protocol.json) with prompts inlined, so evidence never depends on files outside itself.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import json
 import os
 import re
 import sys
@@ -23,8 +23,7 @@ from . import bracket_order
 from .checker import Checker, join_key, one_of
 from .errors import UsageError
 from .targets import options as target_options
-from .targets.options import (DEVICES, HTTP_KINDS, HTTP_RESERVED, HTTP_TIMING,  # noqa: F401 (re-exported)
-                              TARGET_KINDS, parse_argv, parse_server_argv, parse_url)
+from .targets.options import HTTP_KINDS, parse_argv, parse_server_argv, parse_url
 
 # Schema history:
 #   1 — first version: bracket and compare kinds, embedded target, [[prompts]], [[arms]].

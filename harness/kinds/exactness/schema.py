@@ -17,7 +17,6 @@ import re
 from typing import Any
 
 from ...checker import Checker
-from ...errors import UsageError
 from ...protocol import (ID_RE, SCHEMA_VERSION, Document, LoadedProtocol, cut_corpus, parse_engine_args,
                          parse_env, read_document)
 from ...targets import options as target_options
