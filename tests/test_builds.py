@@ -107,9 +107,9 @@ def test_conflicts_refuse_unlike_builds_unless_the_protocol_names_another_ref():
 
 
 def test_parse_checks_the_build_table(tmp_path, repo):
-    from dflash_qualify.harness.protocol import _Checker
+    from dflash_qualify.harness.checker import Checker
     path, _ = repo
-    ck = _Checker("p.toml")
+    ck = Checker("p.toml")
     spec = builds.parse(ck, {"repo": str(path), "command": ["make"], "artifacts": ["bin/x"]},
                         tmp_path)
     assert spec.repo == path and spec.command == ("make",)
@@ -174,12 +174,12 @@ def bracket_file(tmp_path, path, cand_ref="fast", b_ref="main"):
 def test_git_ref_bracket_builds_once_reuses_the_cache_records_and_qualifies(tmp_path, repo,
                                                                            monkeypatch):
     from dflash_qualify.harness import protocol as protocol_mod
-    from dflash_qualify.harness import runner
+    from dflash_qualify.harness import kinds
     from dflash_qualify.harness.verify import verify
     path, commits = repo
     monkeypatch.setenv(builds.CACHE_ENV, str(tmp_path / "cache"))
     spec = bracket_file(tmp_path, path)
-    outs = [runner.qualify(protocol_mod.load(spec), tmp_path / f"ev{i}", invocation="test")
+    outs = [kinds.qualify(protocol_mod.load(spec), tmp_path / f"ev{i}", invocation="test")
             for i in range(2)]
     for out in outs:
         assert out.qualified, out.stats["verdict"]
@@ -209,12 +209,12 @@ def test_git_ref_bracket_builds_once_reuses_the_cache_records_and_qualifies(tmp_
 
 def test_reference_arms_on_different_commits_are_refused(tmp_path, repo, monkeypatch):
     from dflash_qualify.harness import protocol as protocol_mod
-    from dflash_qualify.harness import runner
+    from dflash_qualify.harness import kinds
     path, _ = repo
     monkeypatch.setenv(builds.CACHE_ENV, str(tmp_path / "cache"))
     spec = bracket_file(tmp_path, path, cand_ref="fast", b_ref="fast")
     loaded = protocol_mod.load(spec, warmups=0, measured=2)
-    out = runner.qualify(loaded, tmp_path / "ev", invocation="test")
+    out = kinds.qualify(loaded, tmp_path / "ev", invocation="test")
     assert not out.qualified and "builds_differ" in out.stats["verdict"]["reasons"]
     cond = next(c for c in out.stats["verdict"]["conditions"] if c["name"] == "same_engine_build")
     assert "reference arms run different engine builds (A = main" in cond["message"]

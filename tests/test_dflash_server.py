@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from dflash_qualify.harness import protocol as protocol_mod
-from dflash_qualify.harness import runner
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.errors import RunFailed
 from dflash_qualify.harness.verify import verify
 
@@ -37,7 +37,7 @@ def variant(tmp_path: Path, **replace: str) -> str:
 
 def test_bracket_on_server_reported_usage_timings_seals_and_verifies(tmp_path):
     loaded = protocol_mod.load("serve-dflash-server-aba", warmups=1, measured=2)
-    out = runner.qualify(loaded, tmp_path / "ev", invocation="test")
+    out = kinds.qualify(loaded, tmp_path / "ev", invocation="test")
     assert verify(out.path).ok
     samples = samples_of(out.path)
     assert len(samples) == 9 and out.stats["responses"]["identical"] is True
@@ -58,7 +58,7 @@ def test_cache_hit_fails_closed_with_a_named_reason(tmp_path):
                                 '"--threads", "1",': '"--threads", "1", "--prefix-cache-slots", "2",'})
     with pytest.raises(RunFailed, match=r"cache hit: the server reports a prefix-cache hit "
                                          r"\(usage.timings.cache_hit = True\)"):
-        runner.qualify(protocol_mod.load(spec, warmups=1, measured=1), tmp_path / "ev",
+        kinds.qualify(protocol_mod.load(spec, warmups=1, measured=1), tmp_path / "ev",
                        invocation="test")
     (d,) = (tmp_path / "ev").iterdir()
     assert d.name.endswith(".partial")
@@ -70,7 +70,7 @@ def test_short_completion_fails_closed_with_a_named_reason(tmp_path):
     spec = variant(tmp_path, **{"max_tokens = 8": "max_tokens = 600"})
     with pytest.raises(RunFailed, match=r"short completion: the completion is not max_tokens "
                                          r"long \(usage.completion_tokens = \d+, max_tokens = 600\)"):
-        runner.qualify(protocol_mod.load(spec, warmups=0, measured=1), tmp_path / "ev",
+        kinds.qualify(protocol_mod.load(spec, warmups=0, measured=1), tmp_path / "ev",
                        invocation="test")
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import real_servers
 from dflash_qualify.harness import protocol as protocol_mod
-from dflash_qualify.harness import runner
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.cli import main
 from dflash_qualify.harness.verify import verify
 
@@ -80,17 +80,17 @@ role = "reference"
 """
 
 
-def run_text(tmp_path: Path, text: str) -> runner.Outcome:
+def run_text(tmp_path: Path, text: str) -> kinds.Sealed:
     path = tmp_path / "p.toml"
     path.write_text(text)
-    return runner.qualify(protocol_mod.load(str(path)), tmp_path / "ev", invocation="test")
+    return kinds.qualify(protocol_mod.load(str(path)), tmp_path / "ev", invocation="test")
 
 
 def samples_of(d: Path) -> list[dict]:
     return [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
 
 
-def sealed(out: runner.Outcome) -> list[dict]:
+def sealed(out: kinds.Sealed) -> list[dict]:
     assert not out.path.name.endswith(".partial")
     result = verify(out.path)
     assert result.ok, result.problems

@@ -1,7 +1,7 @@
 """First differing token (harness/token_diff.py) and its place in the identity check and verdict."""
 from __future__ import annotations
 
-from dflash_qualify.harness import analysis, exactness
+from dflash_qualify.harness import analysis, identity
 from dflash_qualify.harness.token_diff import describe, first_token_difference
 
 
@@ -29,15 +29,15 @@ def test_identity_check_names_the_first_differing_token_when_samples_carry_ids()
     data = {"a" * 64: b"hello", "b" * 64: b"help!"}
     samples = [sample(0, "A", "a" * 64, [10, 11, 12], ["he", "l", "lo"]),
                sample(1, "cand", "b" * 64, [10, 11, 13], ["he", "l", "p!"])]
-    result = exactness.check(samples, {"A"}, data.__getitem__)
+    result = identity.check(samples, {"A"}, data.__getitem__)
     m = result["first_mismatch"]
     assert m["first_differing_byte"] == 3
     assert m["first_differing_token"]["index"] == 2
     text = analysis.describe_mismatch(m)
     assert "first differing token at index 2: 13 'p!' (reference 12 'lo'" in text
     assert "first differing byte at position 3" in text
-    old = exactness.check(samples, {"A"}, data.__getitem__, tokens=False)   # stats version < 3
+    old = identity.check(samples, {"A"}, data.__getitem__, tokens=False)   # stats version < 3
     assert "first_differing_token" not in old["first_mismatch"]
     no_ids = [dict(s, response_tokens=None) for s in samples]
-    assert exactness.check(no_ids, {"A"}, data.__getitem__)["first_mismatch"][
+    assert identity.check(no_ids, {"A"}, data.__getitem__)["first_mismatch"][
         "first_differing_token"] is None

@@ -9,9 +9,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .. import adhoc
+from .. import adhoc, kinds
 from .. import protocol as protocol_mod
-from ..runner import qualify
 from .run import ProgressView
 
 
@@ -58,9 +57,6 @@ def command(target: str, reference: str, candidate: str, reference_env: tuple[st
     `dflash-qualify run <evidence>/protocol.toml` reproduces the bracket.
     Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
     """
-    from .. import reports
-    from ..evidence import load_evidence
-
     argv = ["dflash-qualify", "compare", "--target", target, "--reference", reference,
             "--candidate", candidate]
     for flag, values in (("--reference-env", reference_env), ("--candidate-env", candidate_env)):
@@ -86,8 +82,9 @@ def command(target: str, reference: str, candidate: str, reference_env: tuple[st
     err.print(f"compare ({target} target): A = reference, cand = candidate, B = reference; "
               f"evidence under {out}", highlight=False)
     with ProgressView(err) as view:
-        outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)
-    report = reports.render(load_evidence(outcome.path), "md")
+        outcome = kinds.qualify(loaded, Path(out), invocation=invocation, on_event=view)
+    report = kinds.lookup(loaded.resolved["kind"]).pages["md"](outcome.path,
+                                                               outcome.manifest_sha256)
     click.echo(report.rstrip("\n"))
     if outcome.manifest_sha256 not in report:
         click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")

@@ -1,4 +1,10 @@
-"""The `openai` target's protocol keys: endpoint, stream and timings (validated, resolved to JSON)."""
+"""The `openai` target's own [target] keys: endpoint, stream and timings (parsed into HttpOptions).
+
+`parse_fields` reads the keys of one table (targets/options.py calls it for kind = "openai");
+`check_commands` is the cross-key rule protocol.resolve applies once every server command is
+known: a timings preset that needs prefix caching off (vllm, sglang) refuses a command without
+its flag, and warns for attached servers it cannot check.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -10,16 +16,8 @@ KEYS = {"endpoint", "stream", "timings"}
 RESERVED = ("prompt", "messages", "max_tokens", "stream", "stream_options", "model")
 
 
-def parse(ck: Any, t: dict[str, Any], commands: list[list[str]], attached: bool
-          ) -> tuple[dict[str, Any], list[str]]:
-    """[target] endpoint / stream / timings -> (resolved fields, warnings).
-
-    Args:
-        ck: the protocol checker (its fail() raises a one-line UsageError).
-        t: the [target] table.
-        commands: every server command template the protocol starts (target and arms).
-        attached: True when the target attaches to running servers (url).
-    """
+def parse_fields(ck: Any, t: dict[str, Any]) -> tuple[str, bool, timings_mod.TimingSpec]:
+    """[target] endpoint / stream / timings -> (endpoint, stream, TimingSpec)."""
     endpoint = ck.string(t.get("endpoint", "completions"), "target.endpoint", choices=ENDPOINTS)
     stream = ck.boolean(t.get("stream", True), "target.stream")
     spec = timings_mod.DEFAULT
@@ -30,15 +28,20 @@ def parse(ck: Any, t: dict[str, Any], commands: list[list[str]], attached: bool
         ck.fail("target.stream", "true when prefill is measured on the client (time to the "
                 "first streamed token); with stream = false give server-reported prefill_ms "
                 "and decode_ms (a timings preset or field map)", found=f"false with {why}")
-    warnings: list[str] = []
+    return endpoint, stream, spec
+
+
+def check_commands(ck: Any, timings_json: dict[str, Any] | None, commands: list[list[str]],
+                   attached: bool) -> list[str]:
+    """A preset's prefix-caching rule over every server command; returns the warnings."""
+    spec = timings_mod.from_json(timings_json)
     for argv in commands:
         problem = timings_mod.prefix_cache_problem(spec, argv)
         if problem:
             ck.fail("target.timings.preset", problem, found=" ".join(argv)[:60])
     if attached and spec.prefix_cache_off_flags:
-        warnings.append(f"preset {spec.preset}: attached server(s) were started outside the "
-                        "harness, so the harness cannot check that prefix caching is off ("
-                        + " or ".join(spec.prefix_cache_off_flags) + "); requests reporting "
-                        "cached tokens still fail")
-    return ({"endpoint": endpoint, "stream": stream, "timings": spec.to_json(),
-             "timing": spec.describe()}, warnings)
+        return [f"preset {spec.preset}: attached server(s) were started outside the harness, so "
+                "the harness cannot check that prefix caching is off ("
+                + " or ".join(spec.prefix_cache_off_flags) + "); requests reporting cached "
+                "tokens still fail"]
+    return []
