@@ -233,3 +233,19 @@ def test_ref_without_build_and_worktree_without_ref_are_protocol_errors(tmp_path
                       .replace('id = "A"\nrole = "reference"\nref = "main"', 'id = "A"\nrole = "reference"'))
     with pytest.raises(UsageError, match=r"arms\[0\].ref: expected a ref: this arm's command uses \{worktree\}"):
         protocol_mod.load(str(no_ref))
+
+
+def test_calibrate_on_a_git_ref_protocol_builds_only_the_reference_ref(tmp_path, repo, monkeypatch):
+    from click.testing import CliRunner
+    from dflash_qualify.harness.cli import main
+    from dflash_qualify.harness.verify import verify
+    path, commits = repo
+    monkeypatch.setenv(builds.CACHE_ENV, str(tmp_path / "cache"))
+    result = CliRunner().invoke(main, ["calibrate", bracket_file(tmp_path, path), "--repeats", "2",
+                                       "--out", str(tmp_path / "ev")])
+    assert result.exit_code in (0, 1), result.output
+    (d,) = (tmp_path / "ev").iterdir()
+    assert verify(d).ok
+    proto = json.loads((d / "protocol.json").read_text())
+    assert {a["build"]["commit"] for a in proto["arms"]} == {commits["slow"]}
+    assert not list((tmp_path / "cache").glob(f"*/{commits['fast'][:16]}-*"))

@@ -394,7 +394,7 @@ def aa_protocol(resolved: dict, settings: dict) -> dict:
     arms = []
     for arm in resolved["arms"]:
         new = {**arm, "label": f"{arm['label']} (A/A: runs {ref['id']}'s configuration)"}
-        for key in ("env", "engine", "command", "url"):
+        for key in ("env", "engine", "command", "url", "ref"):   # ref: [build] (builds.py)
             if key in ref:
                 new[key] = ref[key]
             else:

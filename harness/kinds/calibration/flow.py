@@ -14,7 +14,7 @@ from ... import analysis, reports
 from ...protocol import LoadedProtocol
 from ...runner import Runner
 from ...targets import make_target as default_make_target
-from ..bracket.flow import response_reader
+from ..bracket.flow import build_arms, response_reader
 from . import analysis as calibration
 
 
@@ -52,6 +52,8 @@ def derive(loaded: LoadedProtocol, settings: dict) -> LoadedProtocol:
 def run_repeats(session: Any) -> dict[str, dict[str, Any]]:
     """The run flow: settings.repeats A/A brackets, every record tagged with its repeat."""
     protocol = session.protocol
+    if protocol.get("build"):   # arms from git refs: every A/A arm runs the reference's ref
+        build_arms(session)
     make_target = session.option("make_target") or default_make_target
     on_repeat = session.option("on_repeat")
     repeats = protocol["calibration"]["repeats"]
