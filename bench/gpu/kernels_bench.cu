@@ -1,8 +1,8 @@
 // GPU kernel bench: checks, then timings, of csrc/cuda/q8_kernels (quantize_q8, narrow MMVQ, MMQ).
 //
 // Usage: gpu_kernels_bench OUT.json [--reps N] [--time-even-if-failed]
-// Build (one line): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc
-//          bench/gpu/kernels_bench.cu csrc/cuda/q8_kernels.cu csrc/q8_0.cpp -o gpu_kernels_bench
+// Build: the CMake target gpu_kernels_bench (option DQ_GPU_BENCH; CMakeLists.txt shows the
+//        two commands; scripts/gpu_device_run.sh runs them).
 //
 // Checks (every one must pass before anything is timed; exit code 1 otherwise):
 //   quantize_q8      bytes and scales bitwise equal to quantize_row_q8_0_ref (random, specials).
