@@ -200,15 +200,21 @@ __global__ void k_attend(AttendArgs a) {
     const int nwin = pos - lo + 1, nc = *a.n_compressed, n = nc + nwin;
     const float scale = 1.0f / sqrtf(float(hd));
     float* s = a.scores + size_t(item) * a.score_stride;
-    // One thread per key row: the dot runs over channels in order.
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float* key = i < nc ? a.compressed + size_t(i) * hd
-                                  : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int k = 0; k < hd; ++k) acc += qsh[k] * key[k];
-        s[i] = acc * scale;
+    // One warp per key row (coalesced): lane l sums channels l, l + 32, ... in order, then the
+    // warp's xor butterfly; a fixed tree per (token, head), whatever the step width.
+    {
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll 4
+        for (int i = wid; i < n; i += nw) {
+            const float* key = i < nc ? a.compressed + size_t(i) * hd
+                                      : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+            float acc = 0.0f;
+            for (int k = lane; k < hd; k += 32) acc += qsh[k] * key[k];
+            acc = warp_sum(acc);
+            if (lane == 0) s[i] = acc * scale;
+        }
     }
+    __syncthreads();  // the scores are read by every thread below
     float m = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, s[i]);
     m = block_max(m, sh);
