@@ -77,34 +77,57 @@ DQ_HD int moe_columns(const int32_t* ids, int w, int K, int E, int32_t* tok_of_c
     return n;
 }
 
-// Hyper-connection mixing weights of one token from its dyn values [2 hc + hc*hc]:
-// pre[i] = sigmoid(static_pre[i] + s dyn[i]), post[i] = 2 sigmoid(static_post[i] + s dyn[hc + i]),
-// M = exp(static_res + s dyn[2 hc ..] - max) made (nearly) doubly stochastic by `iters` Sinkhorn
-// iterations (rows, then columns, each divided by its sum in index order).
-DQ_HD void hc_mix_weights(const float* static_pre, const float* static_post, const float* static_res, float dyn_scale,
-                          const float* dyn, int hc, int iters, float* pre, float* post, float* M) {
+// Hyper-connection pre/post weights of one token from its dyn values [2 hc + hc*hc]:
+// pre[i] = sigmoid(static_pre[i] + s dyn[i]), post[i] = 2 sigmoid(static_post[i] + s dyn[hc + i]).
+DQ_HD void hc_pre_post(const float* static_pre, const float* static_post, float dyn_scale, const float* dyn, int hc,
+                       float* pre, float* post) {
     for (int i = 0; i < hc; ++i) {
         pre[i] = sigmoid(static_pre[i] + dyn_scale * dyn[i]);
         post[i] = 2.0f * sigmoid(static_post[i] + dyn_scale * dyn[hc + i]);
     }
+}
+
+// The mixing matrix M [hc, hc] of one token: exp(static_res + s dyn[2 hc ..] - max) made (nearly)
+// doubly stochastic by `iters` Sinkhorn iterations (rows, then columns, each divided by its sum
+// taken in index order). Lanes lane = 0 .. nlanes - 1 share the work, each element and each
+// row / column sum computed by one lane in the serial order, so any nlanes gives the serial bits;
+// sync() orders the lanes between phases (CPU: one lane, no-op; GPU: one warp, __syncwarp).
+template <class Sync>
+DQ_HD void hc_sinkhorn(const float* static_res, float dyn_scale, const float* dyn, int hc, int iters, float* M,
+                       int lane, int nlanes, Sync sync) {
+    const int n = hc * hc;
+    for (int k = lane; k < n; k += nlanes) M[k] = static_res[k] + dyn_scale * dyn[2 * hc + k];
+    sync();
     float m = -INFINITY;
-    for (int k = 0; k < hc * hc; ++k) {
-        M[k] = static_res[k] + dyn_scale * dyn[2 * hc + k];
-        m = m < M[k] ? M[k] : m;  // std::max(m, M[k])
-    }
-    for (int k = 0; k < hc * hc; ++k) M[k] = expf(M[k] - m);
+    for (int k = 0; k < n; ++k) m = m < M[k] ? M[k] : m;  // std::max(m, M[k]), every lane alike
+    sync();
+    for (int k = lane; k < n; k += nlanes) M[k] = expf(M[k] - m);
+    sync();
     for (int it = 0; it < iters; ++it) {
-        for (int i = 0; i < hc; ++i) {
+        for (int i = lane; i < hc; i += nlanes) {
             float s = 0.0f;
             for (int j = 0; j < hc; ++j) s += M[i * hc + j];
             for (int j = 0; j < hc; ++j) M[i * hc + j] /= s;
         }
-        for (int j = 0; j < hc; ++j) {
+        sync();
+        for (int j = lane; j < hc; j += nlanes) {
             float s = 0.0f;
             for (int i = 0; i < hc; ++i) s += M[i * hc + j];
             for (int i = 0; i < hc; ++i) M[i * hc + j] /= s;
         }
+        sync();
     }
+}
+
+struct NoSync {
+    DQ_HD void operator()() const {}
+};
+
+// Both, serially (the CPU's hc_mix).
+DQ_HD void hc_mix_weights(const float* static_pre, const float* static_post, const float* static_res, float dyn_scale,
+                          const float* dyn, int hc, int iters, float* pre, float* post, float* M) {
+    hc_pre_post(static_pre, static_post, dyn_scale, dyn, hc, pre, post);
+    hc_sinkhorn(static_res, dyn_scale, dyn, hc, iters, M, 0, 1, NoSync{});
 }
 
 // The prefill argument checks of Session::prefill and GpuSession::prefill (host only): null

@@ -9,9 +9,13 @@
 #include <string>
 
 #include "common/engine_rules.h"
+#include "launch.cuh"
 #include "q8_kernels.cuh"
 
 namespace dq { namespace gpu {
+
+using cuda::launch_kernel;
+using cuda::pdl_begin;
 
 namespace {
 
@@ -103,6 +107,7 @@ __device__ __forceinline__ void finish_mean(float* mean, int d, float eps, float
 
 __global__ void k_embed(const int32_t* tokens, const int* pos, const float* embed, float* X, float* mean_all, int hc,
                         int d, float eps) {
+    pdl_begin();
     __shared__ float sh[32];
     const int j = blockIdx.x;
     const float* e = embed + size_t(tokens[*pos + j]) * d;
@@ -124,6 +129,7 @@ __global__ void k_embed(const int32_t* tokens, const int* pos, const float* embe
 // y[j, r] = W[r] . x[j] for r < rows (one block per (row, token); fixed per-thread strides,
 // then the block tree). W [rows, d] row-major, x [w, d], y [w, rows].
 __global__ void k_rowdot(const float* W, const float* x_all, float* y_all, int rows, int d) {
+    pdl_begin();
     __shared__ float sh[32];
     const int r = blockIdx.x, j = blockIdx.y;
     const float* wr = W + size_t(r) * d;
@@ -139,6 +145,7 @@ __global__ void k_rowdot(const float* W, const float* x_all, float* y_all, int r
 __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const float* dyn_all, float* xin_all,
                          float* xn_all, float* post_all, float* M_all, int hc, int d, int sinkhorn_iters,
                          float eps, int8_t* xq_all, float* xd_all) {
+    pdl_begin();
     __shared__ float sh[32];
     __shared__ float pre[kMaxHc];
     const int j = blockIdx.x;
@@ -147,11 +154,15 @@ __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const fl
     const float* dyn = dyn_all + size_t(j) * rows;
     float* xin = xin_all + size_t(j) * d;
     __shared__ float M[kMaxHc * kMaxHc];
-    if (threadIdx.x == 0)  // hc_mix's small serial part (the CPU's rule) in shared memory
-        rules::hc_mix_weights(p.static_pre, p.static_post, p.static_res, p.dyn_scale, dyn, hc, sinkhorn_iters, pre,
-                              post_all + size_t(j) * hc, M);
+    // hc_mix's small part (the CPU's rules): pre/post first, then warp 0 runs Sinkhorn (a lane per
+    // element, row and column) while the other warps start the mix; M is stored after the norm's
+    // barriers.
+    if (threadIdx.x == 0)
+        rules::hc_pre_post(p.static_pre, p.static_post, p.dyn_scale, dyn, hc, pre, post_all + size_t(j) * hc);
     __syncthreads();
-    for (int k = threadIdx.x; k < hc * hc; k += blockDim.x) M_all[size_t(j) * hc * hc + k] = M[k];
+    if (threadIdx.x < 32)
+        rules::hc_sinkhorn(p.static_res, p.dyn_scale, dyn, hc, sinkhorn_iters, M, int(threadIdx.x), 32,
+                           [] { __syncwarp(); });
 #pragma unroll 4
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float s = 0.0f;
@@ -159,11 +170,13 @@ __global__ void k_hc_mix(DevHC p, const float* norm, const float* Xall, const fl
         xin[k] = s;
     }
     block_rms_norm(xin, norm, xn_all + size_t(j) * d, d, eps, sh);
+    for (int k = threadIdx.x; k < hc * hc; k += blockDim.x) M_all[size_t(j) * hc * hc + k] = M[k];
     __syncthreads();
     block_quantize_row(xn_all + size_t(j) * d, d, xq_all + size_t(j) * d, xd_all + size_t(j) * (d / 32));
 }
 
 __global__ void k_qk_rope(QkRopeArgs a) {
+    pdl_begin();
     __shared__ float sh[32];
     const int j = blockIdx.y, h = blockIdx.x;
     const bool kv = h == a.n_heads;
@@ -181,6 +194,7 @@ __global__ void k_qk_rope(QkRopeArgs a) {
 }
 
 __global__ void k_attend(AttendArgs a) {
+    pdl_begin();
     extern __shared__ float qsh[];  // [head_dim] the query head
     __shared__ float sh[32];
     const int item = blockIdx.x;
@@ -255,6 +269,7 @@ __global__ void k_attend(AttendArgs a) {
 }
 
 __global__ void k_pool(PoolArgs a) {
+    pdl_begin();
     __shared__ float sh[32];
     const int r = a.ratio, hd = a.head_dim;
     const int pos = *a.pos + a.j;
@@ -311,6 +326,7 @@ __device__ __forceinline__ void post_mix_store(float* X, const float* M, const f
 
 __global__ void k_hc_post(float* Xall, float* mean_all, const float* o_all, const float* post_all, const float* M_all,
                           int hc, int d, float eps) {
+    pdl_begin();
     __shared__ float sh[32];
     const int j = blockIdx.x;
     float* X = Xall + size_t(j) * hc * d;
@@ -326,6 +342,7 @@ __global__ void k_hc_post(float* Xall, float* mean_all, const float* o_all, cons
 // One block for the step: thread j < w routes token j (the CPU's rule), then thread 0 lays
 // out the MoE columns and the slot table, and counts the routed experts' bytes and calls.
 __global__ void k_route(RouterArgs a, DevMoe moe, const float* logits_all, int w) {
+    pdl_begin();
     extern __shared__ float sm[];  // [w, 2 * E] per-token scratch
     const int E = a.n_experts, K = a.top_k, j = threadIdx.x;
     const int pos = *a.pos;
@@ -368,6 +385,7 @@ __global__ void k_route(RouterArgs a, DevMoe moe, const float* logits_all, int w
 }
 
 __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int d, int8_t* xg, float* xgd) {
+    pdl_begin();
     const int r = blockIdx.x;
     const int t = tok_of_row[r];
     const int* src = reinterpret_cast<const int*>(xq + size_t(t) * d);
@@ -378,6 +396,7 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
 }
 
 __global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* hq, float* hd) {
+    pdl_begin();
     const int r = blockIdx.x;
     const float* g = gu + size_t(r) * 2 * f;
     const float* u = g + f;
@@ -395,6 +414,7 @@ __global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* 
 // with that o: X[t, i] <- sum_c M[i, c] X[t, c] + post[i] * o, and the new streams' mean.
 __global__ void k_combine_post(const float* y, const int32_t* col_of, const float* wts, float* Xall, float* mean_all,
                                const float* post_all, const float* M_all, int hc, int K, int d, float eps) {
+    pdl_begin();
     __shared__ float sh[32];
     const int t = blockIdx.x;
     const float* ys = y + size_t(t) * d;
@@ -413,6 +433,7 @@ __global__ void k_combine_post(const float* y, const int32_t* col_of, const floa
 
 __global__ void k_final(const float* Xall, const float* hc_final, const float* final_norm, float* xin_all, int hc,
                         int d, float eps, int8_t* xq_all, float* xd_all) {
+    pdl_begin();
     __shared__ float sh[32];
     const int j = blockIdx.x;
     const float* X = Xall + size_t(j) * hc * d;
@@ -429,6 +450,7 @@ __global__ void k_final(const float* Xall, const float* hc_final, const float* f
 
 __global__ void k_step_end(int* pos, const float* logits, float* out_logits, float* last_logits, const float* X,
                            float* hc_streams, int w, int vocab, int hc, int d) {
+    pdl_begin();
     const int p = *pos;
     for (int i = threadIdx.x; i < w * vocab; i += blockDim.x) out_logits[size_t(p) * vocab + i] = logits[i];
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) last_logits[i] = logits[size_t(w - 1) * vocab + i];
@@ -442,7 +464,7 @@ __global__ void k_step_end(int* pos, const float* logits, float* out_logits, flo
 
 void launch_embed(const int32_t* tokens, DevCtl ctl, const float* embed, float* X, float* mean, int w, int hc, int d,
                   float eps, cudaStream_t s) {
-    k_embed<<<w, kTokBlock, 0, s>>>(tokens, ctl.pos(), embed, X, mean, hc, d, eps);
+    launch_kernel(k_embed, dim3(w), dim3(kTokBlock), 0, s, tokens, ctl.pos(), embed, X, mean, hc, d, eps);
     check_launch("embed");
 }
 
@@ -451,68 +473,68 @@ void launch_hc_pre(const DevHC& p, const float* norm, const float* X, const floa
                    int sinkhorn_iters, float eps, cudaStream_t s) {
     if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
     const int rows = 2 * hc + hc * hc;
-    k_rowdot<<<dim3(rows, w), kDotBlock, 0, s>>>(p.w_dyn, mean, dyn, rows, d);
+    launch_kernel(k_rowdot, dim3(rows, w), dim3(kDotBlock), 0, s, p.w_dyn, mean, dyn, rows, d);
     check_launch("hc_dyn");
-    k_hc_mix<<<w, kTokBlock, 0, s>>>(p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps, xq, xd);
+    launch_kernel(k_hc_mix, dim3(w), dim3(kTokBlock), 0, s, p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps, xq, xd);
     check_launch("hc_mix");
 }
 
 void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
-    k_qk_rope<<<dim3(a.n_heads + 1, w), kHeadBlock, 0, s>>>(a);
+    launch_kernel(k_qk_rope, dim3(a.n_heads + 1, w), dim3(kHeadBlock), 0, s, a);
     check_launch("qk_rope");
 }
 
 void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s) {
-    k_attend<<<ntok * a.n_heads, kHeadBlock, sizeof(float) * size_t(a.head_dim), s>>>(a);
+    launch_kernel(k_attend, dim3(ntok * a.n_heads), dim3(kHeadBlock), sizeof(float) * size_t(a.head_dim), s, a);
     check_launch("attend");
 }
 
 void launch_pool(const PoolArgs& a, cudaStream_t s) {
-    k_pool<<<1, kPoolBlock, 0, s>>>(a);
+    launch_kernel(k_pool, dim3(1), dim3(kPoolBlock), 0, s, a);
     check_launch("pool");
 }
 
 void launch_hc_post(float* X, float* mean, const float* o, const float* post, const float* M, int w, int hc, int d,
                     float eps, cudaStream_t s) {
-    k_hc_post<<<w, kTokBlock, 0, s>>>(X, mean, o, post, M, hc, d, eps);
+    launch_kernel(k_hc_post, dim3(w), dim3(kTokBlock), 0, s, X, mean, o, post, M, hc, d, eps);
     check_launch("hc_post");
 }
 
 void launch_route(const RouterArgs& a, const DevMoe& moe, float* logits, int w, cudaStream_t s) {
     if (w < 1 || w > 32) throw std::invalid_argument("route: step width must be 1..32");
-    k_rowdot<<<dim3(a.n_experts, w), kDotBlock, 0, s>>>(a.router, a.xn, logits, a.n_experts, a.d);
+    launch_kernel(k_rowdot, dim3(a.n_experts, w), dim3(kDotBlock), 0, s, a.router, a.xn, logits, a.n_experts, a.d);
     check_launch("router_logits");
-    k_route<<<1, 32, sizeof(float) * 2 * size_t(a.n_experts) * w, s>>>(a, moe, logits, w);
+    launch_kernel(k_route, dim3(1), dim3(32), sizeof(float) * 2 * size_t(a.n_experts) * w, s, a, moe, logits, w);
     check_launch("route");
 }
 
 void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
                    float* xgd, cudaStream_t s) {
-    k_gather<<<rows, kTokBlock, 0, s>>>(xq, xd, tok_of_row, d, xg, xgd);
+    launch_kernel(k_gather, dim3(rows), dim3(kTokBlock), 0, s, xq, xd, tok_of_row, d, xg, xgd);
     check_launch("gather");
 }
 
 void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
                    cudaStream_t s) {
-    k_swiglu<<<rows, kTokBlock, 0, s>>>(gu, h, f, limit, hq, hqd);
+    launch_kernel(k_swiglu, dim3(rows), dim3(kTokBlock), 0, s, gu, h, f, limit, hq, hqd);
     check_launch("swiglu");
 }
 
 void launch_combine_post(const float* y, const int32_t* col_of, const float* wts, float* X, float* mean,
                          const float* post, const float* M, int w, int hc, int top_k, int d, float eps, cudaStream_t s) {
-    k_combine_post<<<w, kTokBlock, 0, s>>>(y, col_of, wts, X, mean, post, M, hc, top_k, d, eps);
+    launch_kernel(k_combine_post, dim3(w), dim3(kTokBlock), 0, s, y, col_of, wts, X, mean, post, M, hc, top_k, d, eps);
     check_launch("combine_post");
 }
 
 void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int8_t* xq, float* xd,
                   int w, int hc, int d, float eps, cudaStream_t s) {
-    k_final<<<w, kTokBlock, 0, s>>>(X, hc_final, final_norm, xin, hc, d, eps, xq, xd);
+    launch_kernel(k_final, dim3(w), dim3(kTokBlock), 0, s, X, hc_final, final_norm, xin, hc, d, eps, xq, xd);
     check_launch("final");
 }
 
 void launch_step_end(DevCtl ctl, const float* logits, float* out_logits, float* last_logits, const float* X,
                      float* hc_streams, int w, int vocab, int hc, int d, cudaStream_t s) {
-    k_step_end<<<1, kTokBlock, 0, s>>>(ctl.ctl, logits, out_logits, last_logits, X, hc_streams, w, vocab, hc, d);
+    launch_kernel(k_step_end, dim3(1), dim3(kTokBlock), 0, s, ctl.ctl, logits, out_logits, last_logits, X, hc_streams, w, vocab, hc, d);
     check_launch("step_end");
 }
 

@@ -7,9 +7,12 @@
 // fp-contraction settings cannot change it.
 #include "q8_kernels.cuh"
 
+#include "launch.cuh"
+
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -117,6 +120,7 @@ __device__ __forceinline__ unsigned short fp32_to_fp16_bits(float f) {
 
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
                                    float* __restrict__ d, long long nblocks_total) {
+    pdl_begin();
     const long long blk = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks_total) return;  // whole warps exit together
     const int lane = threadIdx.x & 31;
@@ -306,6 +310,7 @@ template <int NC, int R, int U, int P>
 __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
                             const int8_t* __restrict__ xq, const float* __restrict__ xd,
                             float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
     __shared__ float part[kMmvqMaxWarps][R][NC];
     const int nb = cols / kQK;
     const int8_t* xc[NC];
@@ -329,6 +334,7 @@ __global__ void mmvq_group_kernel(const int8_t* const* __restrict__ mqs, const u
                                   const int32_t* __restrict__ slots, int max_slots, const int32_t* __restrict__ x_row,
                                   const int8_t* __restrict__ xq, const float* __restrict__ xd,
                                   float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
     __shared__ float part_raw[kMmvqMaxWarps * R * NCMAX];
     const int s = blockIdx.y;
     if (s >= slots[0]) return;  // the whole block: no barrier reached
@@ -389,6 +395,7 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                                                                const int8_t* __restrict__ xq,
                                                                const float* __restrict__ xd,
                                                                float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
     static_assert(NC % CS == 0, "the column split must divide the columns");
     constexpr int NCH = NC / CS;               // columns per thread
     constexpr int kLanes = 32 * P;
@@ -693,6 +700,7 @@ __global__ void __launch_bounds__(32 * kMmqWarps) mmq_kernel(const int8_t* __res
                                                   const float* __restrict__ xd,
                                                   float* __restrict__ y, int rows, int cols,
                                                   int ncols) {
+    pdl_begin();
     __shared__ float part[kMmqWarps - 1][NT * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -806,7 +814,7 @@ void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cuda
     const long long nblocks = (long long)ncols * (cols / kQK);
     if (nblocks == 0) return;
     constexpr int kWarps = 8;
-    quantize_q8_kernel<<<unsigned((nblocks + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(x, qs, d,
+    launch_kernel(quantize_q8_kernel, dim3(unsigned((nblocks + kWarps - 1) / kWarps)), dim3(kWarps * 32), 0, s, x, qs, d,
                                                                                       nblocks);
     check_launch("quantize_q8");
 }
@@ -874,7 +882,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
         const long long resident = tma_setup(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
         const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
         const unsigned grid = unsigned(cfg.persistent ? std::min(groups, resident) : groups);
-        fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+        launch_kernel(fn, dim3(grid), dim3(cfg.warps_per_block * 32), smem, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
         check_launch("mmvq");
         return;
     }
@@ -882,7 +890,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
     const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
-    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+    launch_kernel(fn, dim3(grid), dim3(cfg.warps_per_block * 32), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
     check_launch("mmvq");
 }
 
@@ -909,6 +917,14 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
 }
 
 long long launch_count() { return t_launches; }
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DQ_GPU_PDL");
+        return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+}
 void count_launch() { ++t_launches; }
 
 namespace {
@@ -922,7 +938,7 @@ void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, const i
     const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(max_slots));
     auto args = [&](auto fn) {
         prefer_l1(reinterpret_cast<const void*>(fn));
-        fn<<<grid, kWarps * 32, 0, s>>>(g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
+        launch_kernel(fn, dim3(grid), dim3(kWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
     };
     if (p == 4) args(mmvq_group_kernel<NCMAX, R, U, 4>);
     else if (p == 2) args(mmvq_group_kernel<NCMAX, R, U, 2>);
@@ -951,10 +967,10 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     const int nt = x.ncols <= 8 ? 1 : x.ncols <= 16 ? 2 : x.ncols <= 32 ? 4 : 8;
     const dim3 grid(unsigned((w.rows + 15) / 16), unsigned((x.ncols + 8 * nt - 1) / (8 * nt)));
     switch (nt) {
-        case 1: mmq_kernel<1, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        case 2: mmq_kernel<2, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        case 4: mmq_kernel<4, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        default: mmq_kernel<8, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 1: launch_kernel(mmq_kernel<1, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 2: launch_kernel(mmq_kernel<2, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 4: launch_kernel(mmq_kernel<4, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        default: launch_kernel(mmq_kernel<8, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
     }
     check_launch("mmq");
 }
