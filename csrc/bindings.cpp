@@ -249,6 +249,9 @@ PYBIND11_MODULE(_core, m) {
             d["kernels"] = c.kernels;
             d["host_launches"] = c.host_launches;
             d["host_syncs"] = c.host_syncs;
+            py::dict ops;
+            for (const auto& [name, us] : c.op_us) ops[py::str(name)] = us;
+            d["op_us"] = ops;
             return d;
         });
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct GpuSessionImpl;
 // table read back by launched steps; graphed steps have none).
 struct GpuPrefillCounts {
     long long steps = 0, graph_steps = 0, kernels = 0, host_launches = 0, host_syncs = 0;
+    std::map<std::string, double> op_us;  // DQ_GPU_OP_TIMING=1: GPU time per launch site (us)
 };
 
 class GpuModel {

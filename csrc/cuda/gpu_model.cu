@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -244,20 +245,60 @@ struct DevLayerState {
     int n_compressed = 0;  // host mirror of the device count (ctl[1 + l])
 };
 
-// With DQ_GPU_OP_TIMING=1 (profiling only: it serializes the stream), each op synchronizes at
-// its end and adds its elapsed host time to stats.op_ns[op]; otherwise free.
+// With DQ_GPU_OP_TIMING=1 (profiling only): CUDA events around each op on the stream; after one
+// synchronize at the end of the step, each op's GPU time goes to stats.op_ns[family] and to the
+// prefill counts by launch site. Those steps are launched, not replayed (the events sit between
+// the launches), so the sum is close to, not equal to, a graph step's time.
+struct OpTimer {
+    cudaStream_t s = nullptr;
+    std::vector<cudaEvent_t> pool;
+    size_t next = 0;
+    struct Rec {
+        int op;
+        const char* name;
+        cudaEvent_t a, b;
+    };
+    std::vector<Rec> recs;
+    cudaEvent_t get() {
+        if (next == pool.size()) {
+            cudaEvent_t e = nullptr;
+            DQ_CUDA_CHECK(cudaEventCreate(&e));
+            pool.push_back(e);
+        }
+        return pool[next++];
+    }
+    void flush(StepStats& st, std::map<std::string, double>& op_us) {
+        DQ_CUDA_CHECK(cudaStreamSynchronize(s));
+        for (const Rec& r : recs) {
+            float ms = 0.0f;
+            DQ_CUDA_CHECK(cudaEventElapsedTime(&ms, r.a, r.b));
+            st.op_ns[r.op] += int64_t(double(ms) * 1e6);
+            op_us[r.name] += double(ms) * 1e3;
+        }
+        recs.clear();
+        next = 0;
+    }
+    ~OpTimer() {
+        for (cudaEvent_t e : pool) cudaEventDestroy(e);
+    }
+};
+
 struct OpSpan {
-    bool on;
-    cudaStream_t s;
-    StepStats& st;
+    OpTimer* t;
     int op;
-    int64_t t0;
-    OpSpan(bool enabled, cudaStream_t stream, StepStats& stats, int family)
-        : on(enabled), s(stream), st(stats), op(family), t0(enabled ? now_ns() : 0) {}
+    const char* name;
+    cudaEvent_t a = nullptr;
+    OpSpan(OpTimer* timer, StepStats&, int family, const char* label) : t(timer), op(family), name(label) {
+        if (t) {
+            a = t->get();
+            DQ_CUDA_CHECK(cudaEventRecord(a, t->s));
+        }
+    }
     ~OpSpan() {
-        if (!on) return;
-        cudaStreamSynchronize(s);
-        st.op_ns[op] += now_ns() - t0;
+        if (!t) return;
+        cudaEvent_t b = t->get();
+        cudaEventRecord(b, t->s);
+        t->recs.push_back(OpTimer::Rec{op, name, a, b});
     }
     OpSpan(const OpSpan&) = delete;
     OpSpan& operator=(const OpSpan&) = delete;
@@ -275,6 +316,8 @@ struct GpuSessionImpl {
     const GpuModelImpl& m;
     Arena arena;
     bool op_timing = false;  // DQ_GPU_OP_TIMING=1, read when the session starts (reset)
+    OpTimer op_timer;
+    OpTimer* timer() { return op_timing ? &op_timer : nullptr; }
     // State (host mirrors of pos and the compressed counts; the device copies are in ctl).
     int pos = 0;
     bool has_logits = false;
@@ -403,6 +446,7 @@ struct GpuSessionImpl {
         has_logits = false;
         const char* timing = std::getenv("DQ_GPU_OP_TIMING");
         op_timing = timing != nullptr && std::string(timing) == "1";
+        op_timer.s = m.stream;
         put_ctl();
         // cudaMemset / pageable cudaMemcpy run on the legacy stream, which our non-blocking
         // stream does not wait for: finish them before any kernel of this session.
@@ -412,9 +456,9 @@ struct GpuSessionImpl {
     // One matmul call; count = false for the routed experts of launched steps (their bytes and
     // calls are counted on the device, by the router, for every kind of step).
     void mm(const DevQ8& w, const int8_t* xq_, const float* xd_, int ncols, float* y_, const StepMode& mode,
-            StepStats& st, bool count = true) const {
+            StepStats& st, const char* label, bool count = true) {
         const bool mmq = mode.approximate || ncols > mode.mmvq_max_ncols;
-        OpSpan span(op_timing, m.stream, st, kOpMatmul);
+        OpSpan span(timer(), st, kOpMatmul, label);
         const cuda::Q8Acts x{xq_, xd_, ncols, w.cols};
         if (mmq) cuda::mmq(w.view(), x, y_, m.stream);
         else cuda::mmvq(w.view(), x, y_, m.stream);
@@ -442,13 +486,13 @@ struct GpuSessionImpl {
         const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
+            OpSpan span(timer(), st, kOpHC, "hc_pre");
             launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
                           c.sinkhorn_iters, c.norm_eps, s);
         }
-        mm(L.w_proj, xq, xd, w, proj, mode, st);
+        mm(L.w_proj, xq, xd, w, proj, mode, st, "proj");
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "qk_rope");
             launch_qk_rope(QkRopeArgs{proj, pr, qd, c.n_heads, hd, c.rope_dim, L.q_norm, L.kv_norm, m.rope_cos,
                                       m.rope_sin, ctl.pos(), c.norm_eps, ls.window, c.window_cap()},
                            w, s);
@@ -458,14 +502,14 @@ struct GpuSessionImpl {
         // row only when the last token is a boundary (decided on the device).
         const int comp_rows = ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1;
         auto attend = [&](int j0, int ntok) {
-            OpSpan span(op_timing, m.stream, st, kOpAttention);
+            OpSpan span(timer(), st, kOpAttention, "attend");
             launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa, ls.compressed,
                                      ctl.n_compressed(l), ls.comp_kv, ls.comp_score, comp_rows, ls.ratio, ctl.pos(),
                                      j0, scores, score_stride, attn, aq, ad},
                           ntok, s);
         };
         auto pool = [&](int j) {
-            OpSpan span(op_timing, m.stream, st, kOpCompressor);
+            OpSpan span(timer(), st, kOpCompressor, "pool");
             launch_pool(PoolArgs{ls.comp_kv, ls.comp_score, L.comp_ape, L.comp_norm, ls.compressed,
                                  ctl.n_compressed(l), ls.ratio, hd, c.rope_dim, ctl.pos(), j, c.norm_eps, m.rope_cos,
                                  m.rope_sin},
@@ -483,9 +527,9 @@ struct GpuSessionImpl {
                 j0 = j1 + 1;
             }
         }
-        mm(L.w_o, aq, ad, w, o, mode, st);
+        mm(L.w_o, aq, ad, w, o, mode, st, "w_o");
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
+            OpSpan span(timer(), st, kOpHC, "hc_post");
             launch_hc_post(X, mean, o, post, M, w, c.hc_mult, d, c.norm_eps, s);
         }
     }
@@ -496,13 +540,13 @@ struct GpuSessionImpl {
         const int d = c.d_model, K = c.top_k, f = c.d_ff;
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
+            OpSpan span(timer(), st, kOpHC, "hc_pre");
             launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
                           c.sinkhorn_iters, c.norm_eps, s);
         }
         const bool hash = l < c.n_hash_layers;
         {
-            OpSpan span(op_timing, m.stream, st, kOpRouter);
+            OpSpan span(timer(), st, kOpRouter, "route");
             launch_route(RouterArgs{xn, L.router, L.router_bias, hash ? L.tid2eid : nullptr, tokens, ctl.pos(), d,
                                     c.n_experts, K, c.routed_scale, ids, wts, out_rid, out_rw,
                                     size_t(l) * c.ctx * K},
@@ -514,15 +558,15 @@ struct GpuSessionImpl {
         const int rows = w + w * K;
         if (fixed) {  // one grouped launch per product, dispatched from the device table
             {
-                OpSpan span(op_timing, m.stream, st, kOpMatmul);
+                OpSpan span(timer(), st, kOpMatmul, "moe_up");
                 cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, w, moe.tok_of_col, xq, xd, gu, s);
             }
             {
-                OpSpan span(op_timing, m.stream, st, kOpPerToken);
+                OpSpan span(timer(), st, kOpPerToken, "swiglu");
                 launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
             }
             {
-                OpSpan span(op_timing, m.stream, st, kOpMatmul);
+                OpSpan span(timer(), st, kOpMatmul, "moe_down");
                 cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, w, nullptr, hq, hqd, y, s);
             }
             st.weight_bytes += L.shared_w13.bytes + L.shared_w2.bytes;  // routed experts: counted on the device
@@ -533,9 +577,9 @@ struct GpuSessionImpl {
             cudaEvent_t ready = nullptr;
             DQ_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
             DQ_CUDA_CHECK(cudaEventRecord(ready, s));
-            mm(L.shared_w13, xq, xd, w, gu, mode, st);
+            mm(L.shared_w13, xq, xd, w, gu, mode, st, "moe_up");
             {
-                OpSpan span(op_timing, m.stream, st, kOpRouter);
+                OpSpan span(timer(), st, kOpRouter, "route_readback");
                 const cudaError_t e = cudaEventSynchronize(ready);
                 cudaEventDestroy(ready);
                 DQ_CUDA_CHECK(e);
@@ -546,27 +590,27 @@ struct GpuSessionImpl {
             const int32_t* base = slots_h.p + 1 + S;
             const int32_t* cnt = slots_h.p + 1 + 2 * S;
             {
-                OpSpan span(op_timing, m.stream, st, kOpPerToken);
+                OpSpan span(timer(), st, kOpPerToken, "gather");
                 launch_gather(xq, xd, moe.tok_of_col + w, rows - w, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
             }
             for (int i = 1; i < n; ++i) {
                 const DevQ8& e = L.exp_w13[mat[i] - 1];
                 mm(e, xg + size_t(base[i]) * d, xgd + size_t(base[i]) * nbd, cnt[i], gu + size_t(base[i]) * 2 * f, mode,
-                   st, false);
+                   st, "moe_up", false);
             }
             {
-                OpSpan span(op_timing, m.stream, st, kOpPerToken);
+                OpSpan span(timer(), st, kOpPerToken, "swiglu");
                 launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
             }
-            mm(L.shared_w2, hq, hqd, w, y, mode, st);
+            mm(L.shared_w2, hq, hqd, w, y, mode, st, "moe_down");
             for (int i = 1; i < n; ++i) {
                 const DevQ8& e = L.exp_w2[mat[i] - 1];
                 mm(e, hq + size_t(base[i]) * f, hqd + size_t(base[i]) * nbf, cnt[i], y + size_t(base[i]) * d, mode,
-                   st, false);
+                   st, "moe_down", false);
             }
         }
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "combine_post");
             launch_combine_post(y, moe.col_of, wts, X, l + 1 < c.n_layers ? mean : nullptr, post, M, w, c.hc_mult, K,
                                 d, c.norm_eps, s);
         }
@@ -580,7 +624,7 @@ struct GpuSessionImpl {
         const int d = c.d_model, hc = c.hc_mult;
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "embed");
             launch_embed(tokens, ctl, m.embed, X, mean, w, hc, d, c.norm_eps, s);
         }
         for (int l = 0; l < c.n_layers; ++l) {
@@ -588,12 +632,12 @@ struct GpuSessionImpl {
             ffn_sublayer(l, w, mode, fixed, st);
         }
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "final");
             launch_final(X, m.hc_final, m.final_norm, xin, xq, xd, w, hc, d, c.norm_eps, s);
         }
-        mm(m.lm_head, xq, xd, w, step_logits, mode, st);
+        mm(m.lm_head, xq, xd, w, step_logits, mode, st, "lm_head");
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "step_end");
             launch_step_end(ctl, step_logits, out_logits, last_logits, X, hc_streams, w, c.vocab, hc, d, s);
         }
     }
@@ -647,6 +691,7 @@ struct GpuSessionImpl {
             const long long k0 = cuda::launch_count();
             enqueue(w, mode, fixed, st);
             const long long k = cuda::launch_count() - k0;
+            if (op_timing) op_timer.flush(st, counts.op_us);
             counts.kernels += k;
             counts.host_launches += k;
         }
