@@ -508,8 +508,8 @@ int run(int argc, char** argv) {
                 float* dy = dalloc<float>(ny);
                 std::vector<uint32_t> poison(ny, kPoison);
                 CK(cudaMemcpy(dy, poison.data(), ny * 4, cudaMemcpyHostToDevice));
-                dq::cuda::mmvq_grouped(dq::cuda::Q8Group{dqs, dds, rows, cols}, dtable, S, max_count, dxrow, a.qs, a.d,
-                                       dy, nullptr);
+                dq::cuda::mmvq_grouped(dq::cuda::Q8Group{dqs, dds, rows, cols}, dtable, S, S, max_count, dxrow, a.qs,
+                                       a.d, dy, nullptr);
                 CK(cudaDeviceSynchronize());
                 std::vector<uint32_t> y(ny);
                 CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));

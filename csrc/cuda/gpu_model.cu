@@ -404,7 +404,7 @@ struct GpuSessionImpl {
         moe.expert_bytes = m.layers.empty() ? 0 : m.layers[0].exp_w13[0].bytes + m.layers[0].exp_w2[0].bytes;
         int max_comp = 0;
         for (int r : c.ratios) max_comp = std::max(max_comp, c.max_compressed(r));
-        score_stride = size_t(max_comp + c.n_swa) + 4 * hd;  // scores, then the output partials
+        score_stride = size_t(max_comp + c.n_swa) + size_t(kAttnGroups) * hd;  // scores, then the partials
         scores = arena.alloc<float>(W * c.n_heads * score_stride);
         out_logits = arena.alloc<float>(size_t(c.ctx) * c.vocab);
         out_rid = arena.alloc<int32_t>(size_t(c.n_layers) * c.ctx * K);
@@ -556,10 +556,11 @@ struct GpuSessionImpl {
         // expert order (rules::moe_columns); the table of slots is on the device.
         const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
         const int rows = w + w * K;
+        const int run_slots = 1 + std::min(c.n_experts, w * K);  // slots a step can have
         if (fixed) {  // one grouped launch per product, dispatched from the device table
             {
                 OpSpan span(timer(), st, kOpMatmul, "moe_up");
-                cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, w, moe.tok_of_col, xq, xd, gu, s);
+                cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, run_slots, w, moe.tok_of_col, xq, xd, gu, s);
             }
             {
                 OpSpan span(timer(), st, kOpPerToken, "swiglu");
@@ -567,7 +568,7 @@ struct GpuSessionImpl {
             }
             {
                 OpSpan span(timer(), st, kOpMatmul, "moe_down");
-                cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, w, nullptr, hq, hqd, y, s);
+                cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, run_slots, w, nullptr, hq, hqd, y, s);
             }
             st.weight_bytes += L.shared_w13.bytes + L.shared_w2.bytes;  // routed experts: counted on the device
             st.matmul_calls += 2;

@@ -20,11 +20,12 @@ using cuda::pdl_begin;
 namespace {
 
 constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
-constexpr int kDotBlock = 256;   // threads per (token, row) dot product
-constexpr int kHeadBlock = 256;  // threads per (token, head) attention block
+constexpr int kDotBlock = 1024;  // threads per (token, row) dot product (4 values each at d = 4096)
+constexpr int kHeadBlock = 512;  // threads per (token, head) attention block
+constexpr int kRopeBlock = 256;  // threads per (token, head) norm + RoPE block
 constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
-constexpr int kAttnGroups = 4;   // key groups of the attention output (kHeadBlock / 4 threads each)
 constexpr int kMaxHc = 16;
+constexpr int kMaxTopK = 16;
 
 void check_launch(const char* what) {
     dq::cuda::count_launch();
@@ -324,15 +325,22 @@ __device__ __forceinline__ void post_mix_store(float* X, const float* M, const f
     if (mean) mean[k] = s * inv_hc;
 }
 
+// The token's post [hc] and M [hc, hc] into shared memory (read once, not per channel).
+__device__ __forceinline__ void load_mix(const float* post_g, const float* M_g, int hc, float* post, float* M) {
+    for (int i = threadIdx.x; i < hc * hc; i += blockDim.x) M[i] = M_g[i];
+    for (int i = threadIdx.x; i < hc; i += blockDim.x) post[i] = post_g[i];
+    __syncthreads();
+}
+
 __global__ void k_hc_post(float* Xall, float* mean_all, const float* o_all, const float* post_all, const float* M_all,
                           int hc, int d, float eps) {
     pdl_begin();
     __shared__ float sh[32];
+    __shared__ float post[kMaxHc], M[kMaxHc * kMaxHc];
     const int j = blockIdx.x;
     float* X = Xall + size_t(j) * hc * d;
     const float* o = o_all + size_t(j) * d;
-    const float* post = post_all + size_t(j) * hc;
-    const float* M = M_all + size_t(j) * hc * hc;
+    load_mix(post_all + size_t(j) * hc, M_all + size_t(j) * hc * hc, hc, post, M);
     float* mean = mean_all ? mean_all + size_t(j) * d : nullptr;
     const float inv_hc = 1.0f / float(hc);
     for (int k = threadIdx.x; k < d; k += blockDim.x) post_mix_store(X, M, post, o[k], hc, d, k, mean, inv_hc);
@@ -416,16 +424,21 @@ __global__ void k_combine_post(const float* y, const int32_t* col_of, const floa
                                const float* post_all, const float* M_all, int hc, int K, int d, float eps) {
     pdl_begin();
     __shared__ float sh[32];
+    __shared__ float post[kMaxHc], M[kMaxHc * kMaxHc], wk[kMaxTopK];
+    __shared__ int ck[kMaxTopK];
     const int t = blockIdx.x;
     const float* ys = y + size_t(t) * d;
     float* X = Xall + size_t(t) * hc * d;
-    const float* post = post_all + size_t(t) * hc;
-    const float* M = M_all + size_t(t) * hc * hc;
+    for (int s = threadIdx.x; s < K; s += blockDim.x) {
+        wk[s] = wts[t * K + s];
+        ck[s] = col_of[t * K + s];
+    }
+    load_mix(post_all + size_t(t) * hc, M_all + size_t(t) * hc * hc, hc, post, M);
     float* mean = mean_all ? mean_all + size_t(t) * d : nullptr;
     const float inv_hc = 1.0f / float(hc);
     for (int k = threadIdx.x; k < d; k += blockDim.x) {
         float o = ys[k];
-        for (int s = 0; s < K; ++s) o += wts[t * K + s] * y[size_t(col_of[t * K + s]) * d + k];
+        for (int s = 0; s < K; ++s) o += wk[s] * y[size_t(ck[s]) * d + k];
         post_mix_store(X, M, post, o, hc, d, k, mean, inv_hc);
     }
     if (mean) finish_mean(mean, d, eps, sh);
@@ -480,7 +493,7 @@ void launch_hc_pre(const DevHC& p, const float* norm, const float* X, const floa
 }
 
 void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
-    launch_kernel(k_qk_rope, dim3(a.n_heads + 1, w), dim3(kHeadBlock), 0, s, a);
+    launch_kernel(k_qk_rope, dim3(a.n_heads + 1, w), dim3(kRopeBlock), 0, s, a);
     check_launch("qk_rope");
 }
 
@@ -522,6 +535,7 @@ void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, 
 
 void launch_combine_post(const float* y, const int32_t* col_of, const float* wts, float* X, float* mean,
                          const float* post, const float* M, int w, int hc, int top_k, int d, float eps, cudaStream_t s) {
+    if (top_k > kMaxTopK) throw std::invalid_argument("top_k above 16 is not supported on the GPU");
     launch_kernel(k_combine_post, dim3(w), dim3(kTokBlock), 0, s, y, col_of, wts, X, mean, post, M, hc, top_k, d, eps);
     check_launch("combine_post");
 }

@@ -10,6 +10,10 @@
 
 namespace dq { namespace gpu {
 
+// Key groups of the attention output: group g sums its slice of the keys, the partials are
+// added in group order (AttendArgs' scratch holds kAttnGroups * head_dim partials).
+constexpr int kAttnGroups = 8;
+
 // Hyper-connection parameters of one sublayer on the device (see HCParams).
 struct DevHC {
     const float* static_pre;   // [hc]
@@ -63,7 +67,7 @@ struct AttendArgs {
     float* comp_kv; float* comp_score; int comp_rows; int ratio;
     const int* pos; int j0;
     float* scores; size_t score_stride;  // [ntok * n_heads, score_stride] scratch:
-                                         // n scores then 4 * head_dim output partials
+                                         // n scores then kAttnGroups * head_dim partials
     float* out;                          // [w, q_dim]
     int8_t* out_q; float* out_d;         // its Q8_0 activations [w, q_dim], [w, q_dim/32]
 };

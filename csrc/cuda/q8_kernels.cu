@@ -929,13 +929,13 @@ void count_launch() { ++t_launches; }
 
 namespace {
 template <int NCMAX, int R, int U>
-void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, const int32_t* x_row, const int8_t* xq,
-                  const float* xd, float* y, cudaStream_t s) {
+void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, const int32_t* x_row,
+                  const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
     const int p = mmvq_warps_per_row(g.cols);
     constexpr int kWarps = 4;  // warps per CTA: 4 / P row groups
     const long long groups = (g.rows + R - 1) / R;
     const int per_cta = kWarps / p;
-    const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(max_slots));
+    const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(run_slots));
     auto args = [&](auto fn) {
         prefer_l1(reinterpret_cast<const void*>(fn));
         launch_kernel(fn, dim3(grid), dim3(kWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
@@ -947,16 +947,16 @@ void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, const i
 }
 }  // namespace
 
-void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int max_count, const int32_t* x_row,
-                  const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
+void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, int max_count,
+                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
     if (g.qs == nullptr || g.d == nullptr || slots == nullptr || xq == nullptr || xd == nullptr || y == nullptr)
         throw std::invalid_argument("dq::cuda::mmvq_grouped: null pointer");
-    if (g.rows <= 0 || g.cols <= 0 || g.cols % kQK != 0 || max_slots < 1)
+    if (g.rows <= 0 || g.cols <= 0 || g.cols % kQK != 0 || max_slots < 1 || run_slots < 1 || run_slots > max_slots)
         throw std::invalid_argument("dq::cuda::mmvq_grouped: bad shape");
     if (max_count < 1 || max_count > 4) throw std::invalid_argument("dq::cuda::mmvq_grouped: max_count must be 1..4");
     // The register-streaming table's row counts (R = 4 at one column, 2 at 2..4); same bits at any R.
-    if (max_count == 1) launch_group<1, 4, 2>(g, slots, max_slots, x_row, xq, xd, y, s);
-    else launch_group<4, 2, 2>(g, slots, max_slots, x_row, xq, xd, y, s);
+    if (max_count == 1) launch_group<1, 4, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
+    else launch_group<4, 2, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
 }
 
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
