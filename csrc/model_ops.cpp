@@ -174,7 +174,6 @@ int argmax_f32(const float* x, int n) {
     return best;
 }
 
-
 namespace {
 // dst[k] = ((0 + w[0] X[0][k]) + ... + w[n-1] X[n-1][k]) + we e[k] (the last term only when e):
 // the streams X [n, d] in order, then e as one more row.

@@ -59,7 +59,8 @@ DQ_HD void route_from_logits(const float* logits, const float* bias, const int32
 // expert's (token order), then each routed expert's columns in expert index order, tokens in
 // order within an expert. Writes tok_of_col [w + w*K] (the token of each column), col_of
 // [w * K] ((token, slot) -> its column), and per expert its first column base[e] and count[e]
-// (count 0 when unused); returns the number of columns (w + w*K).
+// (count 0 when unused); returns the number of columns (w + w*K). The CUDA router calls it; the
+// CPU's moe_step gathers its columns in this same order.
 DQ_HD int moe_columns(const int32_t* ids, int w, int K, int E, int32_t* tok_of_col, int32_t* col_of, int32_t* base,
                       int32_t* count) {
     int n = 0;
