@@ -5,7 +5,8 @@
 # which borrows the main venv's third-party packages through a .pth path entry but not its
 # editable dflash_qualify install) with the ASan runtime LD_PRELOADed into python.
 #
-# Usage: scripts/sanitize.sh [extra pytest args]      (from anywhere; needs .venv built first)
+# Usage: scripts/sanitize.sh [extra pytest args]      (from anywhere; needs a dev venv first:
+#        python3 -m venv .venv && .venv/bin/pip install '.[test]', or DQ_VENV=path/to/venv)
 #   The one command for a sanitized engine run; the last line says "sanitize: clean (...)" and
 #   the exit status is 0 only when the engine tests (scheduler, exactness, MMVQ cap, errors,
 #   sessions and the fuzzed engine API) passed with no ASan or UBSan report.
@@ -14,13 +15,13 @@
 # aborts the run (halt_on_error / -fno-sanitize-recover), so exit status 0 means clean.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MAIN_PY="$ROOT/.venv/bin/python"
+MAIN_PY="${DQ_VENV:-$ROOT/.venv}/bin/python"
 BUILD="$ROOT/build/asan"
 STAGE="$BUILD/stage"
 VENV="$BUILD/venv"
 JOBS="${JOBS:-2}"
 
-[ -x "$MAIN_PY" ] || { echo "sanitize: $MAIN_PY not found; create the dev venv first (see README)" >&2; exit 2; }
+[ -x "$MAIN_PY" ] || { echo "sanitize: $MAIN_PY not found; create the dev venv first: python3 -m venv .venv && .venv/bin/pip install '.[test]' (or set DQ_VENV)" >&2; exit 2; }
 PYBIND11_DIR="$("$MAIN_PY" -m pybind11 --cmakedir)"
 CMAKE="$("$MAIN_PY" -c 'import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, "cmake"))' 2>/dev/null || command -v cmake)"
 
