@@ -121,6 +121,10 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k) {
 }  // namespace dq
 
 namespace dq::simd {
+bool prefetch_far() {
+    static const bool far = cpu_features().avx512f;
+    return far;
+}
 float* kernel_scratch(size_t n) {
     thread_local std::vector<float> buf;
     if (buf.size() < n) buf.resize(n);
