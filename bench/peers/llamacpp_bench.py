@@ -69,7 +69,13 @@ def llama_bin(given: str | None) -> Path:
 def llama_simd(bin_dir: Path, model: Path) -> str:
     """The CPU features llama.cpp's CPU backend reports using (its system_info line, printed by
     llama-server at start-up; llama-bench prints none). The server binds 127.0.0.1 only and is
-    stopped as soon as the line appears."""
+    stopped as soon as the line appears. Without llama-server: the build is native
+    (GGML_NATIVE=ON), so the CPU's own SIMD flags are what it was compiled for."""
+    if not (bin_dir / "llama-server").is_file():
+        flags = open("/proc/cpuinfo").read().split("\nflags", 1)[-1].split("\n", 1)[0].split()
+        keep = [f for f in ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8")
+                if f in flags]
+        return "no llama-server to ask; native build on a CPU with " + " ".join(keep)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
