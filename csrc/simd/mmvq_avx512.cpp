@@ -137,7 +137,7 @@ struct MmqBackendZmm {
 // dpbusd(c, wu, x) = c + sum (w + 128) x = c + w.x + 128 sum x per lane. The correction
 // c = -128 * (sum of the 4 x of each lane) depends on X only: computed once per call and loaded
 // as the accumulator's start, so a weight block costs one vpxor however many columns share it.
-// Every lane sum is exact int32; then per (row, block, column) s = wd * xd (one fp32 multiply)
+// Exact for any int8 w and x (w = -128 gives wu = 0). Every lane sum is exact int32; then per (row, block, column) s = wd * xd (one fp32 multiply)
 // and acc = fma(s, isum, acc), the canonical horizontal sum at the end: the bits of
 // vec_dot_q8_0_q8_0_ref.
 //
@@ -148,8 +148,8 @@ struct MmqBackendZmm {
 // matrices, 160 MB per pass, 1 thread, alternated configurations, best of 10-12 rounds on a
 // shared host): the old VNNI body (R = 4 rows, prefetcht0 128 blocks ahead, weight-side
 // correction) read 7-10 GB/s; prefetcht2 (into L2) 1024 blocks (~35 KB) ahead lifted the same
-// loop shape to ~27-28 GB/s (probe ~33). prefetcht0 at that distance reached ~22, at 128
-// blocks ~25 with R = 1 but ~10 with R = 2. R = 4 keeps 4 independent FMA chains, the most
+// loop shape to ~27-28 GB/s (probe ~33). prefetcht1 at that distance reached ~22; prefetcht0
+// at 128 blocks ~25 with R = 1 but ~10 with R = 2. R = 4 keeps 4 independent FMA chains, the most
 // arithmetic headroom (L2-resident 1 column: R = 4 ~49 GB/s, R = 1 ~34).
 constexpr int kStreamSlot = 64;
 constexpr int kStreamRows = 4;
