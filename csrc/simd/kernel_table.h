@@ -58,5 +58,6 @@ void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float*
                      int row_begin, int row_end);
 void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                     int row_begin, int row_end);
+int mmvq_pair_avx512vnni(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 
 }  // namespace dq::simd
