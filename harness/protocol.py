@@ -132,6 +132,14 @@ def load(spec: str | None = None, *, warmups: int | None = None,
     return from_document(read_document(spec), warmups=warmups, measured=measured)
 
 
+def from_toml(spec: str | None = None, *, warmups: int | None = None,
+              measured: int | None = None) -> Protocol:
+    """The typed protocol of a bracket or compare TOML file (load(...).protocol)."""
+    typed = load(spec, warmups=warmups, measured=measured).protocol
+    assert typed is not None  # from_document always types it
+    return typed
+
+
 def from_document(document: Document, *, warmups: int | None = None,
                   measured: int | None = None) -> LoadedProtocol:
     """The bracket/compare schema: validate and resolve a read document, apply overrides."""
