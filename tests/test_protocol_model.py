@@ -88,3 +88,40 @@ def test_compare_groups_are_checked():
     stored["groups"] = ["a", "a"]
     with pytest.raises(UsageError, match=r"protocol.json: groups: invalid value \(expected unique"):
         Protocol.from_json(stored)
+
+
+# ---------------------------------------------------------------------- exactness
+from dflash_qualify.harness.kinds.exactness import schema as exactness_schema  # noqa: E402
+from dflash_qualify.harness.kinds.exactness.model import ExactnessProtocol, TraceArm  # noqa: E402
+
+EXACT_TOML = sorted(str(p) for p in [*ROOT.glob("protocols/*.toml"), *FIXTURES.rglob("*.toml")]
+                    if protocol.read_document(str(p)).doc.get("kind") == "exactness")
+EXACT_SEALED = sorted(str(p) for p in FIXTURES.glob("exact-*/protocol.json"))
+
+
+@pytest.mark.parametrize("path", EXACT_TOML)
+def test_exactness_from_toml_to_json_is_the_resolved_protocol(path):
+    doc = protocol.read_document(path)
+    raw = exactness_schema.resolve(doc.doc, file=doc.display)
+    raw["source"] = doc.source()
+    loaded = exactness_schema.from_document(doc)
+    assert isinstance(loaded.protocol, ExactnessProtocol)
+    assert isinstance(loaded.protocol.oracle, TraceArm) and loaded.protocol.oracle.expect == "oracle"
+    assert dumps_json(loaded.protocol.to_json()) == dumps_json(raw) == dumps_json(loaded.resolved)
+
+
+@pytest.mark.parametrize("path", EXACT_SEALED)
+def test_exactness_sealed_protocol_json_round_trips(path):
+    stored = json.loads(Path(path).read_text())
+    assert dumps_json(ExactnessProtocol.from_json(stored).to_json()) == dumps_json(stored)
+
+
+def test_exactness_from_json_names_the_field():
+    stored = exactness_schema.load("exact-bands-trace").resolved
+    stored["trace"]["level"] = "full"
+    with pytest.raises(UsageError, match=r"^protocol.json: trace.level: invalid value \(expected raw \| digest, got 'full'\)"):
+        ExactnessProtocol.from_json(stored)
+    stored = exactness_schema.load("exact-bands-trace").resolved
+    del stored["arms"][1]["env"]
+    with pytest.raises(UsageError, match=r"^protocol.json: arms\[1\].env: invalid value \(expected a table"):
+        ExactnessProtocol.from_json(stored)
