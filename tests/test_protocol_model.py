@@ -125,3 +125,19 @@ def test_exactness_from_json_names_the_field():
     del stored["arms"][1]["env"]
     with pytest.raises(UsageError, match=r"^protocol.json: arms\[1\].env: invalid value \(expected a table"):
         ExactnessProtocol.from_json(stored)
+
+
+# ---------------------------------------------------------------------- calibration
+from dflash_qualify.harness.kinds.calibration.model import (  # noqa: E402
+    CalibrationProtocol, CalibrationSettings)
+
+
+def test_calibration_protocol_json_round_trips_and_names_fields():
+    stored = json.loads((FIXTURES / "bracket-calibration" / "protocol.json").read_text())
+    typed = CalibrationProtocol.from_json(stored)
+    assert isinstance(typed.settings, CalibrationSettings) and isinstance(typed.bracket, Protocol)
+    assert isinstance(typed.settings.n_grid, tuple)
+    assert dumps_json(typed.to_json()) == dumps_json(stored)
+    stored["calibration"]["n_grid"] = [4, 2]
+    with pytest.raises(UsageError, match=r"^protocol.json: calibration.n_grid: invalid value"):
+        CalibrationProtocol.from_json(stored)

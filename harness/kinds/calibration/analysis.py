@@ -26,7 +26,6 @@ recomputes it exactly. Pure: dicts in, dicts out; no IO.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -36,13 +35,9 @@ from ... import bracket_order
 from ...environment import redact_env
 from ...errors import UsageError
 from ...protocol_model import Protocol
+from .model import DEFAULTS, CalibrationProtocol, CalibrationSettings
 
 KIND = "calibration"
-EFFECTS_PCT = (1.0, 2.0, 3.0, 5.0, 10.0)
-N_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 100)
-DEFAULTS = {"repeats": 10, "simulations": 1000, "seed": 0, "effects_pct": list(EFFECTS_PCT),
-            "target_effect_pct": 5.0, "target_power": 0.8, "max_false_rate_pct": 1.0,
-            "n_grid": list(N_GRID)}
 
 METHODS = {
     "noise_floor": "each A/A repeat analysed exactly like a run (stats v2): spurious gain "
@@ -66,40 +61,7 @@ def _bad(field: str, expected: str, got: object) -> UsageError:
 
 def check_settings(protocol: dict) -> dict:
     """The protocol's `calibration` table, validated (UsageError naming the field)."""
-    c = protocol.get("calibration")
-    if not isinstance(c, dict):
-        raise _bad("calibration", "a table", c)
-    for key in DEFAULTS:
-        if key not in c:
-            raise _bad(f"calibration.{key}", "a value", None)
-
-    def integer(key: str, lo: int) -> int:
-        v = c[key]
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise _bad(f"calibration.{key}", f"an integer >= {lo}", v)
-        return v
-
-    def number(key: str, lo: float, hi: float, v=None) -> float:
-        v = c[key] if v is None else v
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or not lo <= v <= hi:
-            raise _bad(f"calibration.{key}", f"a number {lo}..{hi}", v)
-        return float(v)
-
-    out = {"repeats": integer("repeats", 1), "simulations": integer("simulations", 1),
-           "seed": integer("seed", 0), "target_effect_pct": number("target_effect_pct", 0, 1000),
-           "target_power": number("target_power", 0, 1),
-           "max_false_rate_pct": number("max_false_rate_pct", 0, 100)}
-    for key in ("effects_pct", "n_grid"):
-        if not isinstance(c[key], list) or not c[key]:
-            raise _bad(f"calibration.{key}", "a non-empty list", c[key])
-    out["effects_pct"] = [number("effects_pct", 0, 1000, v) for v in c["effects_pct"]]
-    grid = c["n_grid"]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 100000 for n in grid) \
-            or grid != sorted(set(grid)):
-        raise _bad("calibration.n_grid", "ascending distinct integers 1..100000", grid)
-    out["n_grid"] = list(grid)
-    return out
+    return CalibrationSettings.from_json(protocol).to_json()
 
 
 def is_calibration(protocol: object) -> bool:
@@ -248,7 +210,7 @@ def simulate(view: Protocol, cells: list[_Cells], effects_pct: list[float], *, s
 
 # --------------------------------------------------------------------------- stats.json
 
-def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
+def compute(protocol: CalibrationProtocol | dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
             version: int = analysis.STATS_VERSION) -> dict:
     """stats.json of calibrate evidence (see the module docstring for every method).
 
@@ -264,13 +226,13 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     """
     if version < 2:
         raise _bad("version", "2 or later for calibration evidence", version)
-    settings = check_settings(protocol)
-    plain = {k: v for k, v in protocol.items() if k != "calibration"}
-    view = analysis.typed(plain)
+    typed = (protocol if isinstance(protocol, CalibrationProtocol)
+             else CalibrationProtocol.from_json(protocol))
+    settings, view = typed.settings, typed.bracket
     if view.compares_groups:
         raise _bad("kind", "'bracket' (calibration runs A/A brackets)", view.kind)
     analysis.check_samples(samples, view)
-    repeats = settings["repeats"]
+    repeats = settings.repeats
     by_repeat: list[list[dict]] = [[] for _ in range(repeats)]
     for i, s in enumerate(samples):
         by_repeat[_repeat_of(s, repeats, i)].append(s)
@@ -295,9 +257,9 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
                     if s["phase"] == "measured" and s.get("ok", True)]
         cells.append(_Cells(measured, interleaved))
 
-    sims = settings["simulations"]
-    effects = [0.0, *settings["effects_pct"]]
-    counts = simulate(view, cells, effects, simulations=sims, seed=settings["seed"])
+    sims = settings.simulations
+    effects = [0.0, *settings.effects_pct]
+    counts = simulate(view, cells, effects, simulations=sims, seed=settings.seed)
     false_rate = counts[0] / sims * 100.0
     power = [{"effect_pct": e, "qualified": c, "simulations": sims, "power": c / sims}
              for e, c in zip(effects[1:], counts[1:])]
@@ -310,7 +272,7 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
         "direction": view.direction,
         "gain_name": "gain" if view.direction == stats.HIGHER else "lower time",
         "decimals": view.decimals, "methods": {**analysis.METHODS_V2, **METHODS},
-        "settings": settings, "schedule": view.schedule_plan.kind,
+        "settings": settings.to_json(), "schedule": view.schedule_plan.kind,
         "measured_per_arm": n_measured,
         "repeats": rows,
         "noise_floor": {"gain_pct": _quantiles(gains), "drift_pct": _quantiles(drifts)},
@@ -328,16 +290,16 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     return out
 
 
-def _recommend(view: Protocol, cells: list[_Cells], settings: dict, n_measured: int) -> dict:
+def _recommend(view: Protocol, cells: list[_Cells], settings: CalibrationSettings, n_measured: int) -> dict:
     """Smallest N on the grid reaching the target power at the target effect, by bisection
     over the grid (assumes power does not fall as N grows; every N tried is listed)."""
-    effect, target, sims = settings["target_effect_pct"], settings["target_power"], settings["simulations"]
-    grid = settings["n_grid"]
+    effect, target, sims = settings.target_effect_pct, settings.target_power, settings.simulations
+    grid = settings.n_grid
     tried: dict[int, float] = {}
 
     def power_at(n: int) -> float:
         if n not in tried:
-            count = simulate(view, cells, [effect], simulations=sims, seed=settings["seed"],
+            count = simulate(view, cells, [effect], simulations=sims, seed=settings.seed,
                              scale=n / n_measured)[0]
             tried[n] = count / sims
         return tried[n]
