@@ -76,8 +76,8 @@ def not_evidence(directory: Path) -> str | None:
     directory = Path(directory)
     if os.path.lexists(directory / MANIFEST):
         return None
-    partial = directory.with_name(directory.name + ".partial")
-    if not os.path.lexists(directory) and os.path.isdir(partial):
+    partial = directory.parent / (directory.name + ".partial")  # "." has no name: no sibling
+    if directory.name and not os.path.lexists(directory) and os.path.isdir(partial):
         why = incomplete_reason(partial) or "incomplete"
         return (f"{printable(str(directory))} is not an evidence directory: it does not exist, but "
                 f"{printable(str(partial))} is an unsealed run ({printable(why)}; no manifest.json)")

@@ -267,3 +267,7 @@ def test_cli_not_evidence_says_so_at_once(tmp_path):
 
     out = runner.invoke(main, ["verify", str(tmp_path / "absent")])
     assert out.exit_code == 2 and out.output == f"error: {tmp_path / 'absent'}: does not exist\n"
+    for odd in ("", ".", "x" * 5000, "a\x00b"):   # names the OS refuses never raise
+        out = runner.invoke(main, ["verify", odd])
+        assert out.exit_code == 2 and out.output.startswith("error: "), (odd[:20], out.output)
+        assert out.exception is None or isinstance(out.exception, SystemExit)
