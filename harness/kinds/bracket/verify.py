@@ -11,7 +11,7 @@ from ... import analysis
 from ...errors import QualifyError
 from ...evidence import first_difference, read_json, read_jsonl
 
-REQUIRED = ("protocol.json", "environment.json", "samples.jsonl", "stats.json")
+REQUIRED = ("protocol.json", "environment.json", "samples.jsonl", "samples.csv", "stats.json")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
