@@ -9,6 +9,7 @@ Nothing here prints; a failed run becomes a result with a named reason, never an
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import platform
@@ -18,7 +19,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ...errors import QualifyError, RunFailed, UsageError
 from ...evidence import check_rel_path
@@ -26,6 +27,10 @@ from ...protocol import LoadedProtocol
 
 MAX_CELL_BYTES = 512 << 20    # a cell's evidence larger than this is not ours
 MAX_CELL_FILES = 100_000
+# variables a Ray worker sets for its tasks when the node's environment leaves them unset
+# (ray._private.utils.set_omp_num_threads_if_unset: OMP_NUM_THREADS = the task's CPUs, at least
+# 1); a cell removes them so its arms see what `dflash-qualify run` on that host would see
+RAY_TASK_DEFAULTS = ("OMP_NUM_THREADS",)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class CellSpec:
     node: str                     # the node's name in the matrix ("local" for the local executor)
     node_id: str | None           # the Ray node id the cell is pinned to; None locally
     invocation: str
+    task_env: tuple[tuple[str, str], ...] = ()   # the matrix [env]: the task's env on the node
 
 
 def run_protocol(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
@@ -66,13 +72,14 @@ def current_node_id() -> str | None:
         return None
 
 
-def node_identity(protocol: dict[str, Any]) -> dict[str, Any]:
-    """Who ran the cell: Ray node id, host, CPU, GPU(s) with their driver, OS and Python."""
+def node_identity(protocol: dict[str, Any], *, in_ray: bool = True) -> dict[str, Any]:
+    """Who ran the cell: Ray node id (None outside a Ray cell), host, CPU, GPU(s) with their
+    driver, OS and Python."""
     from ... import environment
     cpu = environment.cpu_info()
     gpu = environment.gpu_info(protocol)
     gpus = (gpu or {}).get("gpus") or []
-    return {"ray_node_id": current_node_id(), "host": socket.gethostname(),
+    return {"ray_node_id": current_node_id() if in_ray else None, "host": socket.gethostname(),
             "cpu_model": cpu.get("model"), "logical_cpus": cpu.get("logical_cpus"),
             "gpus": [{"index": g.get("index"), "name": g.get("name")} for g in gpus],
             "gpu_driver": gpus[0].get("driver_version") if gpus else None,
@@ -88,17 +95,20 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     evidence (bytes or None).
     """
     arms_on_node: dict[str, list[str | None]] = {}
+    in_ray = spec.node_id is not None  # a local cell has no Ray identity, even in a Ray driver
 
     def on_event(event: Any) -> None:
         if getattr(event, "kind", None) == "arm_start":
-            arms_on_node.setdefault(event.arm, []).append(current_node_id())
+            arms_on_node.setdefault(event.arm, []).append(current_node_id() if in_ray else None)
 
     result: dict[str, Any] = {"cell_id": spec.cell_id, "ok": False, "reason": None,
                               "node": None, "arms_on_node": arms_on_node,
                               "manifest_sha256": None, "qualified": None, "evidence": None}
     try:
-        result["node"] = node_identity(spec.loaded.resolved)
-        with tempfile.TemporaryDirectory(prefix="dq-cell-") as tmp:
+        with _ray_defaults_removed(spec) as removed, \
+                tempfile.TemporaryDirectory(prefix="dq-cell-") as tmp:
+            result["ray_env_removed"] = removed
+            result["node"] = node_identity(spec.loaded.resolved, in_ray=in_ray)
             outcome = run_protocol(spec.loaded, Path(tmp), invocation=spec.invocation,
                                    on_event=on_event)
             result["evidence"] = pack_dir(outcome.path)
@@ -111,6 +121,29 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a bug on a node still names its cell
         result["reason"] = f"internal error on {_where(result)}: {type(exc).__name__}: {exc}"
     return result
+
+
+@contextlib.contextmanager
+def _ray_defaults_removed(spec: CellSpec) -> Iterator[list[str]]:
+    """Inside a Ray task: unset RAY_TASK_DEFAULTS that Ray set (absent from the raylet's own
+    environment and from the task env) for the cell's duration; yields the names removed."""
+    removed: dict[str, str] = {}
+    raylet = os.environ.get("RAY_RAYLET_PID")
+    if spec.node_id is not None and current_node_id() is not None and raylet and raylet.isdigit():
+        try:
+            raw = Path(f"/proc/{raylet}/environ").read_bytes()
+            node_env = {item.split(b"=", 1)[0].decode("utf-8", "replace")
+                        for item in raw.split(b"\0") if b"=" in item}
+        except OSError:
+            node_env = None  # not Linux, or not ours to read: leave Ray's values (recorded)
+        task_env = {k for k, _ in spec.task_env}
+        for name in RAY_TASK_DEFAULTS if node_env is not None else ():
+            if name in os.environ and name not in node_env and name not in task_env:
+                removed[name] = os.environ.pop(name)
+    try:
+        yield sorted(removed)
+    finally:
+        os.environ.update(removed)
 
 
 def _where(result: dict[str, Any]) -> str:

@@ -35,7 +35,7 @@ from .summary import cell_summary, response_notes
 CELLS_SCHEMA = "dflash-qualify.matrix-cells"
 # Version history:
 #   1: first version: cells [{id, protocol, node, status, reason, dir, pinned_node_id,
-#      ran_on_node_id, arms_on_node, identity, manifest_sha256, summary}]
+#      ran_on_node_id, arms_on_node, ray_env_removed, identity, manifest_sha256, summary}]
 CELLS_VERSION = 1
 RUN_KINDS = ("bracket", "compare")   # what a cell runs through the run flow today
 
@@ -108,7 +108,7 @@ def run_matrix(matrix: MatrixProtocol, executor: Any, out_root: str | Path, *, i
     emit = on_event or (lambda name, details: None)
     loaded = load_protocols(matrix)
     selection: Selection = executor.select(matrix)
-    specs, planned = _plan(loaded, selection, invocation)
+    specs, planned = _plan(loaded, selection, invocation, matrix.env)
     emit("planned", {"cells": len(planned), "nodes": [n.name for n in selection.nodes],
                      "gaps": [g.reason for g in selection.gaps]})
     writer = EvidenceWriter.create(Path(out_root), matrix.name)
@@ -158,8 +158,8 @@ def _redacted(matrix_json: dict[str, Any], environment: Any) -> dict[str, Any]:
     return out
 
 
-def _plan(loaded: list[Any], selection: Selection,
-          invocation: str) -> tuple[list[CellSpec], dict[str, dict[str, Any]]]:
+def _plan(loaded: list[Any], selection: Selection, invocation: str,
+          env: tuple[tuple[str, str], ...]) -> tuple[list[CellSpec], dict[str, dict[str, Any]]]:
     """Cell specs to run (protocol x node) and a record per cell, the gaps already failed."""
     specs: list[CellSpec] = []
     planned: dict[str, dict[str, Any]] = {}
@@ -167,7 +167,7 @@ def _plan(loaded: list[Any], selection: Selection,
         name = lp.resolved["name"]
         for node in selection.nodes:
             cid = cell_id(name, node.name)
-            specs.append(CellSpec(cid, name, lp, node.name, node.node_id, invocation))
+            specs.append(CellSpec(cid, name, lp, node.name, node.node_id, invocation, env))
             planned[cid] = _record(cid, name, node, "planned", None)
         for gap in selection.gaps:
             cid = cell_id(name, gap.name)
@@ -180,7 +180,7 @@ def _record(cid: str, protocol_name: str, where: Node | Gap, status: str,
     return {"id": cid, "protocol": protocol_name, "node": where.name, "status": status,
             "reason": reason, "dir": None,
             "pinned_node_id": where.node_id if isinstance(where, Node) else None,
-            "ran_on_node_id": None, "arms_on_node": {}, "identity": None,
+            "ran_on_node_id": None, "arms_on_node": {}, "ray_env_removed": [], "identity": None,
             "manifest_sha256": None, "summary": None}
 
 
@@ -190,6 +190,7 @@ def _store(writer: EvidenceWriter, record: dict[str, Any], result: dict[str, Any
     record["identity"] = result.get("node")
     record["ran_on_node_id"] = (result.get("node") or {}).get("ray_node_id")
     record["arms_on_node"] = {k: list(v) for k, v in (result.get("arms_on_node") or {}).items()}
+    record["ray_env_removed"] = list(result.get("ray_env_removed") or [])
     if not result.get("ok"):
         record.update(status="failed", reason=str(result.get("reason") or "no reason given"))
         return

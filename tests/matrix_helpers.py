@@ -1,0 +1,34 @@
+"""Shared by the matrix tests: a two-protocol matrix file on ds4-tiny with very few requests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dflash_qualify.harness import protocol
+
+
+def write_matrix(tmp: Path, *, name: str = "two-quick", hosts: list[str] | None = None,
+                 measured: int = 2, extra: str = "") -> Path:
+    """matrix.toml under tmp: the bundled exact-bands-quick and a renamed copy beside it."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    quick = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text(encoding="utf-8")
+    copy = quick.replace('name = "exact-bands-quick"', 'name = "quick-two"')
+    assert copy != quick
+    (tmp / "quick-two.toml").write_text(copy, encoding="utf-8")
+    host_line = f"hosts = {hosts!r}\n".replace("'", '"') if hosts is not None else ""
+    path = tmp / "matrix.toml"
+    path.write_text(
+        'schema_version = 1\nkind = "matrix"\n'
+        f'name = "{name}"\ndescription = "two quick protocols on ds4-tiny"\n'
+        'protocols = ["exact-bands-quick", "quick-two.toml"]\n'
+        f'{host_line}warmups = 0\nmeasured = {measured}\n{extra}', encoding="utf-8")
+    return path
+
+
+def cell_layout(cell_dir: Path) -> list[str]:
+    """A cell's file names, response hashes and log names folded (what every cell must hold)."""
+    names = set()
+    for p in cell_dir.rglob("*"):
+        if p.is_file():
+            rel = p.relative_to(cell_dir).as_posix()
+            names.add("responses/*.bin" if rel.startswith("responses/") else rel)
+    return sorted(names)

@@ -1,0 +1,182 @@
+"""Matrix kind without Ray: the protocol's user errors, the local executor end to end (acceptance
+3: the same cells on one host without Ray installed), matrix verify naming a tampered cell, and
+`--executor ray` without the extra naming it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dflash_qualify.harness.errors import UsageError
+from dflash_qualify.harness.kinds.matrix import driver, summary
+from dflash_qualify.harness.kinds.matrix.protocol import MatrixProtocol
+
+from matrix_helpers import cell_layout, write_matrix
+
+HERE = Path(__file__).resolve().parent
+LIMIT_S = 300  # only stops a hung subprocess; nothing is timed
+
+
+def _matrix_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "m.toml"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+BASE = 'schema_version = 1\nkind = "matrix"\nname = "m"\nprotocols = ["exact-bands-quick"]\n'
+
+
+@pytest.mark.parametrize("body, field, expected", [
+    (BASE.replace('kind = "matrix"', 'kind = "bracket"'), "kind", '"matrix"'),
+    (BASE.replace('name = "m"', 'name = "a b"'), "name", "letters"),
+    (BASE.replace('["exact-bands-quick"]', "[]"), "protocols", "a list of 1 to"),
+    (BASE.replace('["exact-bands-quick"]', "[3]"), "protocols[0]", "a bundled protocol name"),
+    (BASE + "hosts = 'gpu'\n", "hosts", "a list of node labels"),
+    (BASE + 'hosts = ["gpu", "a b"]\n', "hosts[1]", "a node label"),
+    (BASE + "measured = 0\n", "measured", "an integer from 1"),
+    (BASE + "[env]\nX = 1\n", "env.X", "a string value"),
+    (BASE + "colour = 1\n", "colour", "unknown key"),
+    (BASE.replace("schema_version = 1", "schema_version = 2"), "schema_version", "1 (the only"),
+])
+def test_matrix_protocol_user_errors_name_file_field_expected_got(tmp_path, body, field, expected):
+    path = _matrix_file(tmp_path, body)
+    with pytest.raises(UsageError) as err:
+        MatrixProtocol.from_toml(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: {field}: "), text
+    assert expected in text
+
+
+def test_matrix_protocol_parses_hosts_env_and_paths(tmp_path):
+    path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-quick", "sub/p.toml"]')
+                        + 'hosts = ["gpu-h200", "zone=lab"]\n[env]\nOMP_NUM_THREADS = "1"\n')
+    m = MatrixProtocol.from_toml(path)
+    assert m.protocol_paths == ("exact-bands-quick", str(tmp_path / "sub" / "p.toml"))
+    assert [h.text for h in m.hosts] == ["gpu-h200", "zone=lab"]
+    assert m.hosts[0].matches({}, {"gpu-h200": 1.0}) and not m.hosts[0].matches({}, {})
+    assert m.hosts[1].matches({"zone": "lab"}, {}) and not m.hosts[1].matches({"zone": "x"}, {})
+    assert m.env == (("OMP_NUM_THREADS", "1"),)
+    doc = m.to_json()
+    assert doc["kind"] == "matrix" and doc["hosts"] == ["gpu-h200", "zone=lab"]
+    json.dumps(doc)  # JSON-ready
+    with pytest.raises(AttributeError):
+        m.name = "other"  # frozen
+
+
+def test_cell_protocol_errors_stop_the_matrix_before_anything_runs(tmp_path):
+    path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-quick", "exact-bands-quick"]'))
+    with pytest.raises(UsageError, match=r"protocols\[1\].*appears twice"):
+        driver.load_protocols(MatrixProtocol.from_toml(path))
+    path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["missing.toml"]'))
+    with pytest.raises(UsageError, match=r"protocols\[0\] = 'missing.toml'.*no such protocol file"):
+        driver.load_protocols(MatrixProtocol.from_toml(path))
+
+
+LOCAL_WITHOUT_RAY = r"""
+import json, sys
+sys.modules["ray"] = None          # `import ray` now fails, as if the extra were not installed
+from dflash_qualify.harness.errors import UsageError
+from dflash_qualify.harness.kinds.matrix.driver import run_matrix
+from dflash_qualify.harness.kinds.matrix.executors import EXECUTORS
+from dflash_qualify.harness.kinds.matrix.protocol import MatrixProtocol
+from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
+try:
+    EXECUTORS["ray"]()
+    ray_error = None
+except UsageError as exc:
+    ray_error = str(exc)
+matrix = MatrixProtocol.from_toml(sys.argv[1])
+outcome = run_matrix(matrix, EXECUTORS["local"](), sys.argv[2], invocation="test")
+result = verify_matrix(outcome.path)
+loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
+print(json.dumps({"path": str(outcome.path), "ok": result.ok,
+                  "problems": [str(p) for p in result.problems], "ray_error": ray_error,
+                  "ray_modules": [m for m in loaded if sys.modules[m] is not None],
+                  "cells": outcome.cells}))
+"""
+
+
+def run_local_without_ray(matrix_path: Path, out: Path) -> dict:
+    """The local executor in a fresh interpreter where `import ray` fails."""
+    done = subprocess.run([sys.executable, "-c", LOCAL_WITHOUT_RAY, str(matrix_path), str(out)],
+                          capture_output=True, text=True, timeout=LIMIT_S, cwd=str(HERE))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def local_matrix(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("local-matrix")
+    return run_local_without_ray(write_matrix(tmp / "in", hosts=["gpu-h200"]), tmp / "out")
+
+
+def test_local_executor_runs_every_cell_here_without_ray(local_matrix):
+    """Acceptance 3: every protocol's cell sealed on this host, verified, Ray never imported."""
+    out = local_matrix
+    assert out["ray_modules"] == []
+    assert out["ray_error"] and "pip install 'dflash-qualify[ray]'" in out["ray_error"]
+    assert out["ok"], out["problems"]
+    assert [(c["id"], c["status"]) for c in out["cells"]] == [
+        ("exact-bands-quick--local", "sealed"), ("quick-two--local", "sealed")]
+    root = Path(out["path"])
+    for cell in out["cells"]:
+        layout = cell_layout(root / cell["dir"])
+        assert {"manifest.json", "protocol.json", "samples.jsonl", "stats.json"} <= set(layout)
+        assert set(cell["arms_on_node"]) == {"A", "cand", "B"}  # every arm in this one cell
+    matrix = json.loads((root / "matrix.json").read_text())
+    assert matrix["executor"] == "local"
+    assert any("not applied" in n for n in matrix["notes"])  # hosts are a Ray selection
+    report = (root / "report.md").read_text()
+    assert "| exact-bands-quick--local | exact-bands-quick |" in report
+    assert "never pooled" in report
+
+
+def test_tampering_with_one_cell_fails_matrix_verify_naming_that_cell(local_matrix, tmp_path):
+    import shutil
+    from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
+    copy = tmp_path / Path(local_matrix["path"]).name
+    shutil.copytree(local_matrix["path"], copy)
+    assert verify_matrix(copy).ok
+    victim = copy / "cells" / "quick-two--local" / "samples.jsonl"
+    victim.write_bytes(victim.read_bytes().replace(b'"ok": true', b'"ok": false', 1))
+    result = verify_matrix(copy)
+    assert not result.ok
+    text = "\n".join(str(p) for p in result.problems)
+    assert "cell quick-two--local" in text
+    assert "exact-bands-quick--local" not in text
+
+
+def test_an_edited_cells_json_fails_matrix_verify(local_matrix, tmp_path):
+    """A verdict edited in the matrix record is caught: the matrix manifest covers cells.json."""
+    import shutil
+    from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
+    copy = tmp_path / "m"
+    shutil.copytree(local_matrix["path"], copy)
+    cells = json.loads((copy / "cells.json").read_text())
+    cells["cells"][0]["summary"]["verdict"] = "QUALIFIED" if cells["cells"][0]["summary"]["verdict"] != "QUALIFIED" else "NOT QUALIFIED"
+    (copy / "cells.json").write_text(json.dumps(cells, indent=2, sort_keys=True) + "\n")
+    result = verify_matrix(copy)
+    assert any(p.path == "cells.json" for p in result.problems)
+
+
+def test_response_notes_name_hosts_that_differ_and_never_pool():
+    def cell(node, sha):
+        return {"id": f"p--{node}", "protocol": "p", "node": node, "status": "sealed",
+                "summary": {"responses": [{"prompt_id": "x", "group": None, "sha256": sha,
+                                           "distinct": 1}]}}
+    same = [cell("a", "1" * 64), cell("b", "1" * 64)]
+    assert summary.response_notes(same) == []
+    notes = summary.response_notes([cell("a", "1" * 64), cell("b", "2" * 64)])
+    assert len(notes) == 1 and "protocol p" in notes[0] and "a: 1111" in notes[0] \
+        and "b: 2222" in notes[0]
+
+
+def test_ray_executor_without_the_extra_is_a_clear_error(monkeypatch):
+    from dflash_qualify.harness.kinds.matrix import executors
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(UsageError, match=r"pip install 'dflash-qualify\[ray\]'"):
+        executors.RayExecutor()
