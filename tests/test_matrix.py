@@ -67,6 +67,12 @@ def test_matrix_protocol_parses_hosts_env_and_paths(tmp_path):
         m.name = "other"  # frozen
 
 
+def test_the_example_matrix_parses_and_its_protocols_load():
+    m = MatrixProtocol.from_toml(HERE.parent / "examples" / "matrix-quick.toml")
+    assert m.name == "matrix-quick" and m.hosts == ()
+    assert [lp.resolved["name"] for lp in driver.load_protocols(m)] == ["exact-bands-quick"]
+
+
 def test_cell_protocol_errors_stop_the_matrix_before_anything_runs(tmp_path):
     path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-quick", "exact-bands-quick"]'))
     with pytest.raises(UsageError, match=r"protocols\[1\].*appears twice"):

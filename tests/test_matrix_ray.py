@@ -43,7 +43,7 @@ def cluster():
         "num_cpus": 0, "object_store_memory": STORE, "include_dashboard": False,
         "_system_config": SYSTEM})
     try:
-        nodes = {name: c.add_node(num_cpus=1, resources={name: 1, SLOT: 1},
+        nodes = {name: c.add_node(num_cpus=1, resources={name: 1, SLOT: 1}, labels={"zone": "lab"},
                                   object_store_memory=STORE) for name in ("host-a", "host-b")}
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False, logging_level="WARNING")
@@ -79,9 +79,10 @@ def test_every_cell_runs_whole_on_its_own_node_and_the_matrix_verifies(two_node_
         assert set(cell["arms_on_node"]) == {"A", "cand", "B"}
         for arm, seen in cell["arms_on_node"].items():               # bracket never split
             assert seen and all(n == cell["pinned_node_id"] for n in seen), (arm, seen)
-        assert "OMP_NUM_THREADS" not in json.loads(
-            (outcome.path / cell["dir"] / "environment.json").read_text())["env"] \
-            or "OMP_NUM_THREADS" in os.environ  # Ray's task default never reaches the arms
+        if "OMP_NUM_THREADS" not in os.environ:  # Ray's task default never reaches the arms
+            assert cell["ray_env_removed"] == ["OMP_NUM_THREADS"]
+            assert "OMP_NUM_THREADS" not in json.loads(
+                (outcome.path / cell["dir"] / "environment.json").read_text())["env"]
     nodes = json.loads((outcome.path / "nodes.json").read_text())["nodes"]
     assert sorted(n["ray_node_id"] for n in nodes) == sorted(by_res.values())
     for n in nodes:
@@ -122,6 +123,22 @@ def test_local_executor_gives_the_same_cells_on_one_host(two_node_matrix):
         assert cell_layout(here) == cell_layout(there)
         assert json.loads((here / "protocol.json").read_text()) == \
             json.loads((there / "protocol.json").read_text())
+
+
+def test_hosts_select_by_label_or_resource_and_name_each_gap(cluster, tmp_path):
+    matrix = MatrixProtocol.from_toml(write_matrix(tmp_path, hosts=["zone=lab", "gpu-none"]))
+    executor = RayExecutor()
+    try:
+        selection = executor.select(matrix)
+    finally:
+        executor.close()
+    by_res = node_ids_by_resource()
+    assert sorted(n.node_id for n in selection.nodes) == sorted(
+        by_res[h] for h in ("host-a", "host-b"))
+    assert [(g.name, g.reason) for g in selection.gaps] == [
+        ("hosts-gpu-none", "no alive Ray node matches hosts entry 'gpu-none'")]
+    only_b = executor.select(MatrixProtocol.from_toml(write_matrix(tmp_path, hosts=["host-b"])))
+    assert [n.node_id for n in only_b.nodes] == [by_res["host-b"]]
 
 
 def _raylet_pid(node) -> int | None:

@@ -133,6 +133,7 @@ class RayExecutor:
         none is running in this process."""
         self.ray = import_ray()
         self._owns = False
+        self._in_flight: dict[Any, CellSpec] = {}
         if not self.ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                       "logging_level": "WARNING"}
@@ -148,8 +149,13 @@ class RayExecutor:
             self._owns = True
 
     def close(self) -> None:
-        """Disconnect when this executor started or joined the cluster (never kills a cluster
-        it only attached to through an existing ray.init)."""
+        """Cancel cells still in flight (an interrupted matrix leaves none running), then
+        disconnect when this executor started or joined the cluster (never when it only used
+        a connection that existed before it)."""
+        for ref in list(self._in_flight):
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
+        self._in_flight.clear()
         if self._owns:
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
@@ -214,7 +220,7 @@ class RayExecutor:
         for spec in specs:
             queues.setdefault(str(spec.node_id), []).append(spec)
         task = ray.remote(run_cell)
-        in_flight: dict[Any, CellSpec] = {}
+        in_flight = self._in_flight
 
         def submit(node_id: str) -> dict[str, Any] | None:
             """Start the node's next cell; a failure result if its node is gone."""
