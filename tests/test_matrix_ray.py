@@ -208,3 +208,15 @@ def test_killing_a_node_mid_matrix_fails_its_cells_and_seals_the_rest(cluster, t
     assert report.count("| FAILED |") == 2 and f"{lost[0]['id']}: node {victim_name} lost" in report
     node_record = {n["name"]: n for n in json.loads((outcome.path / "nodes.json").read_text())["nodes"]}
     assert node_record[victim_name]["lost"] is True
+
+
+def test_a_cuda_protocol_on_a_node_without_gpu_fails_its_cell_with_the_reason(cluster, tmp_path):
+    (tmp_path / "m.toml").write_text(
+        'schema_version = 1\nkind = "matrix"\nname = "gpu-gap"\n'
+        'protocols = ["exact-bands-gpu-aba"]\nhosts = ["host-a"]\n', encoding="utf-8")
+    outcome = run_matrix(MatrixProtocol.from_toml(tmp_path / "m.toml"), RayExecutor(),
+                         tmp_path / "out", invocation="test")
+    [cell] = outcome.cells
+    assert cell["status"] == "failed"
+    assert "runs on cuda but node" in cell["reason"] and "has no GPU" in cell["reason"]
+    assert verify_matrix(outcome.path).ok

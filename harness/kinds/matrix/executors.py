@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ...errors import UsageError
+from ...errors import RunFailed, UsageError
 from .cell import CellSpec, run_cell
 from .protocol import HostSelector, MatrixProtocol
 
@@ -225,8 +225,12 @@ class RayExecutor:
         def submit(node_id: str) -> dict[str, Any] | None:
             """Start the node's next cell; a failure result if its node is gone."""
             spec = queues[node_id].pop(0)
-            if node_id not in {n["NodeID"] for n in self.alive_nodes()}:
+            alive = {n["NodeID"]: n for n in self.alive_nodes()}
+            if node_id not in alive:
                 return _lost(spec, "the node was not alive when the cell was due to start")
+            if _device(spec) == "cuda" and (alive[node_id].get("Resources") or {}).get("GPU", 0) < 1:
+                return _failed(spec, f"protocol {spec.protocol_name} runs on cuda but node "
+                                     f"{spec.node} has no GPU in Ray's resources")
             options: dict[str, Any] = {
                 "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
                 "resources": {SLOT: 1}, "num_cpus": 0, "max_retries": 0,
@@ -240,46 +244,44 @@ class RayExecutor:
             on_event("cell_start", {"cell": spec.cell_id, "node": spec.node, "node_id": node_id})
             return None
 
-        pending_failures: list[dict[str, Any]] = []
-        for node_id in list(queues):
-            failure = submit(node_id)
-            if failure:
-                pending_failures.append(failure)
-        while in_flight or pending_failures or any(queues.values()):
-            while pending_failures:
-                failed = pending_failures.pop(0)
-                yield failed
-                node_id = next(s.node_id for s in specs if s.cell_id == failed["cell_id"])
-                if queues.get(str(node_id)):
-                    failure = submit(str(node_id))
-                    if failure:
-                        pending_failures.append(failure)
-            if not in_flight:
-                continue
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
-            finished: list[tuple[CellSpec, dict[str, Any]]] = []
-            for ref in ready:
-                spec = in_flight.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    result = _lost(spec, f"{type(exc).__name__}: {_first_line(exc)}")
-                finished.append((spec, _checked(spec, result)))
-            if not ready:  # a node that died may take Ray a while to report: look ourselves
-                alive = {n["NodeID"] for n in self.alive_nodes()}
-                for ref, spec in list(in_flight.items()):
-                    if spec.node_id not in alive:
-                        in_flight.pop(ref)
-                        with contextlib.suppress(Exception):
-                            ray.cancel(ref, force=True)
-                        finished.append((spec, _lost(spec, "the node left the cluster while the "
-                                                           "cell ran")))
-            for spec, result in finished:
-                yield result
-                if queues.get(str(spec.node_id)):
-                    failure = submit(str(spec.node_id))
-                    if failure:
-                        pending_failures.append(failure)
+        def start_next(node_id: str) -> list[dict[str, Any]]:
+            """Submit the node's next cell; failures for cells that could not start first."""
+            failures = []
+            while queues.get(node_id):
+                failure = submit(node_id)
+                if failure is None:
+                    break
+                failures.append(failure)
+            return failures
+
+        try:
+            for node_id in list(queues):
+                yield from start_next(node_id)
+            while in_flight:
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
+                finished: list[tuple[CellSpec, dict[str, Any]]] = []
+                for ref in ready:
+                    spec = in_flight.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        result = _lost(spec, f"{type(exc).__name__}: {_first_line(exc)}")
+                    finished.append((spec, _checked(spec, result)))
+                if not ready:  # a dead node may take Ray a while to report: look ourselves
+                    alive = {n["NodeID"] for n in self.alive_nodes()}
+                    for ref, spec in list(in_flight.items()):
+                        if spec.node_id not in alive:
+                            in_flight.pop(ref)
+                            with contextlib.suppress(Exception):
+                                ray.cancel(ref, force=True)
+                            finished.append((spec, _lost(spec, "the node left the cluster "
+                                                               "while the cell ran")))
+                for spec, result in finished:
+                    yield result
+                    yield from start_next(str(spec.node_id))
+        except (ray.exceptions.RayError, ConnectionError) as exc:  # the cluster, not one node
+            raise RunFailed(f"lost the Ray cluster: {type(exc).__name__}: "
+                            f"{_first_line(exc)}") from None
 
 
 def _device(spec: CellSpec) -> str:
@@ -308,6 +310,11 @@ def _lost(spec: CellSpec, why: str) -> dict[str, Any]:
             "reason": f"node {spec.node} lost: {why}", "node": None, "arms_on_node": {},
             "manifest_sha256": None, "qualified": None, "evidence": None,
             "lost_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _failed(spec: CellSpec, reason: str) -> dict[str, Any]:
+    """A cell that could not start on its node, with the reason."""
+    return dict(_lost(spec, ""), reason=reason)
 
 
 def _checked(spec: CellSpec, result: Any) -> dict[str, Any]:
