@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflash_qualify.harness import protocol, runner
+from dflash_qualify.harness import kinds, protocol
 from dflash_qualify.harness.cli import main
 from dflash_qualify.harness.evidence import dumps_json, parse_json
 from dflash_qualify.harness.targets.fake import FakeScript, fake_factory
@@ -53,7 +53,7 @@ def template(tmp_path_factory) -> Path:
     loaded = protocol.load("exact-bands-quick", measured=3)
     loaded.resolved["gate"]["bootstrap_resamples"] = 200
     root = tmp_path_factory.mktemp("template")
-    out = runner.qualify(loaded, root / "ev", invocation="dflash-qualify run hostile",
+    out = kinds.qualify(loaded, root / "ev", invocation="dflash-qualify run hostile",
                          make_target=fake_factory({"cand": FakeScript(prefill_ms=[5.0, 5.1])}))
     assert verify(out.path).ok
     return out.path
