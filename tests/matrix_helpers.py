@@ -1,4 +1,5 @@
-"""Shared by the matrix tests: a two-protocol matrix file on ds4-tiny with very few requests."""
+"""Shared by the matrix tests: a two-protocol matrix file on ds4-tiny with very few requests, and
+running a matrix the way `dflash-qualify matrix` does (through the kind registry)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,3 +33,11 @@ def cell_layout(cell_dir: Path) -> list[str]:
             rel = p.relative_to(cell_dir).as_posix()
             names.add("responses/*.bin" if rel.startswith("responses/") else rel)
     return sorted(names)
+
+
+def run(matrix_path: Path, out: Path, *, executor: str = "local", on_event=None):
+    """(Sealed matrix, its cell records) via harness.cli.matrix.run_matrix; with Ray already
+    initialized in this process, the ray executor uses that cluster."""
+    from dflash_qualify.harness.cli.matrix import run_matrix
+    sealed = run_matrix(matrix_path, executor, None, out, on_event=on_event)
+    return sealed, sealed.results["cells"]["cells"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.errors import UsageError
 from dflash_qualify.harness.kinds.matrix import driver, summary
 from dflash_qualify.harness.kinds.matrix.protocol import MatrixProtocol
+from dflash_qualify.harness.verify import verify
 
 from matrix_helpers import cell_layout, write_matrix
 
@@ -70,39 +73,43 @@ def test_matrix_protocol_parses_hosts_env_and_paths(tmp_path):
 def test_the_example_matrix_parses_and_its_protocols_load():
     m = MatrixProtocol.from_toml(HERE.parent / "examples" / "matrix-quick.toml")
     assert m.name == "matrix-quick" and m.hosts == ()
-    assert [lp.resolved["name"] for lp in driver.load_protocols(m)] == ["exact-bands-quick"]
+    assert [lp.resolved["name"] for lp in driver.load_protocols(m, kinds.KINDS)] == \
+        ["exact-bands-quick"]
 
 
 def test_cell_protocol_errors_stop_the_matrix_before_anything_runs(tmp_path):
     path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-quick", "exact-bands-quick"]'))
     with pytest.raises(UsageError, match=r"protocols\[1\].*appears twice"):
-        driver.load_protocols(MatrixProtocol.from_toml(path))
+        driver.load_protocols(MatrixProtocol.from_toml(path), kinds.KINDS)
     path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["missing.toml"]'))
     with pytest.raises(UsageError, match=r"protocols\[0\] = 'missing.toml'.*no such protocol file"):
-        driver.load_protocols(MatrixProtocol.from_toml(path))
+        driver.load_protocols(MatrixProtocol.from_toml(path), kinds.KINDS)
+    path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-trace-mini"]'))
+    with pytest.raises(UsageError, match=r"protocols\[0\]: a matrix cell runs a protocol that "
+                                         r"`dflash-qualify run` runs"):
+        driver.load_protocols(MatrixProtocol.from_toml(path), kinds.KINDS)
 
 
 LOCAL_WITHOUT_RAY = r"""
 import json, sys
 sys.modules["ray"] = None          # `import ray` now fails, as if the extra were not installed
+from dflash_qualify.harness.cli.matrix import run_matrix
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.errors import UsageError
-from dflash_qualify.harness.kinds.matrix.driver import run_matrix
 from dflash_qualify.harness.kinds.matrix.executors import EXECUTORS
-from dflash_qualify.harness.kinds.matrix.protocol import MatrixProtocol
-from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
+from dflash_qualify.harness.verify import verify
 try:
     EXECUTORS["ray"]()
     ray_error = None
 except UsageError as exc:
     ray_error = str(exc)
-matrix = MatrixProtocol.from_toml(sys.argv[1])
-outcome = run_matrix(matrix, EXECUTORS["local"](), sys.argv[2], invocation="test")
-result = verify_matrix(outcome.path)
+sealed = run_matrix(sys.argv[1], "local", None, sys.argv[2])
+result = verify(sealed.path)
 loaded = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
-print(json.dumps({"path": str(outcome.path), "ok": result.ok,
+print(json.dumps({"path": str(sealed.path), "ok": result.ok,
                   "problems": [str(p) for p in result.problems], "ray_error": ray_error,
                   "ray_modules": [m for m in loaded if sys.modules[m] is not None],
-                  "cells": outcome.cells}))
+                  "cells": sealed.results["cells"]["cells"]}))
 """
 
 
@@ -133,39 +140,60 @@ def test_local_executor_runs_every_cell_here_without_ray(local_matrix):
         layout = cell_layout(root / cell["dir"])
         assert {"manifest.json", "protocol.json", "samples.jsonl", "stats.json"} <= set(layout)
         assert set(cell["arms_on_node"]) == {"A", "cand", "B"}  # every arm in this one cell
-    matrix = json.loads((root / "matrix.json").read_text())
-    assert matrix["executor"] == "local"
-    assert any("not applied" in n for n in matrix["notes"])  # hosts are a Ray selection
+    records = json.loads((root / "cells.json").read_text())
+    assert records["executor"] == "local"
+    assert any("not applied" in n for n in records["notes"])  # hosts are a Ray selection
+    assert json.loads((root / "protocol.json").read_text())["kind"] == "matrix"
     report = (root / "report.md").read_text()
     assert "| exact-bands-quick--local | exact-bands-quick |" in report
     assert "never pooled" in report
 
 
 def test_tampering_with_one_cell_fails_matrix_verify_naming_that_cell(local_matrix, tmp_path):
-    import shutil
-    from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
     copy = tmp_path / Path(local_matrix["path"]).name
     shutil.copytree(local_matrix["path"], copy)
-    assert verify_matrix(copy).ok
+    assert verify(copy).ok
     victim = copy / "cells" / "quick-two--local" / "samples.jsonl"
     victim.write_bytes(victim.read_bytes().replace(b'"ok": true', b'"ok": false', 1))
-    result = verify_matrix(copy)
+    result = verify(copy)
     assert not result.ok
     text = "\n".join(str(p) for p in result.problems)
-    assert "cell quick-two--local" in text
+    assert "cells/quick-two--local/samples.jsonl: modified" in text
     assert "exact-bands-quick--local" not in text
+
+
+def test_a_cell_edited_with_its_own_and_the_matrix_manifest_resealed_is_still_caught(
+        local_matrix, tmp_path):
+    """Nested verify: the cell re-checked whole (stats recomputed from its samples), named."""
+    from dflash_qualify.harness.evidence import dumps_json, sha256_file
+    copy = tmp_path / "m"
+    shutil.copytree(local_matrix["path"], copy)
+    cell = copy / "cells" / "quick-two--local"
+    samples = cell / "samples.jsonl"
+    samples.write_bytes(samples.read_bytes().replace(b'"value": ', b'"value": 1', 1))
+
+    def reseal(root: Path, skip: str = "") -> None:
+        manifest = json.loads((root / "manifest.json").read_text())
+        for entry in manifest["files"]:
+            if entry["path"] != skip:
+                entry["size"], entry["sha256"] = sha256_file(root / entry["path"])
+        (root / "manifest.json").write_text(dumps_json(manifest))
+
+    reseal(cell)
+    reseal(copy)
+    result = verify(copy)
+    text = "\n".join(str(p) for p in result.problems)
+    assert "quick-two--local" in text and "exact-bands-quick--local" not in text, text
 
 
 def test_an_edited_cells_json_fails_matrix_verify(local_matrix, tmp_path):
     """A verdict edited in the matrix record is caught: the matrix manifest covers cells.json."""
-    import shutil
-    from dflash_qualify.harness.kinds.matrix.verify import verify_matrix
     copy = tmp_path / "m"
     shutil.copytree(local_matrix["path"], copy)
     cells = json.loads((copy / "cells.json").read_text())
     cells["cells"][0]["summary"]["verdict"] = "QUALIFIED" if cells["cells"][0]["summary"]["verdict"] != "QUALIFIED" else "NOT QUALIFIED"
     (copy / "cells.json").write_text(json.dumps(cells, indent=2, sort_keys=True) + "\n")
-    result = verify_matrix(copy)
+    result = verify(copy)
     assert any(p.path == "cells.json" for p in result.problems)
 
 

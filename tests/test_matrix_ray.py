@@ -21,12 +21,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install '.[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from dflash_qualify.harness.kinds.matrix.driver import run_matrix  # noqa: E402
-from dflash_qualify.harness.kinds.matrix.executors import SLOT, LocalExecutor, RayExecutor  # noqa: E402
+from dflash_qualify.harness.kinds.matrix.executors import SLOT, RayExecutor  # noqa: E402
 from dflash_qualify.harness.kinds.matrix.protocol import MatrixProtocol  # noqa: E402
-from dflash_qualify.harness.kinds.matrix.verify import verify_matrix  # noqa: E402
+from dflash_qualify.harness.verify import verify  # noqa: E402
 
-from matrix_helpers import cell_layout, write_matrix  # noqa: E402
+from matrix_helpers import cell_layout, run, write_matrix  # noqa: E402
 
 STORE = 80 << 20   # object store per node: cells return a few hundred KiB
 # Quick dead-node detection (a killed raylet is declared dead after a few missed checks); not
@@ -61,18 +60,18 @@ def node_ids_by_resource() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def two_node_matrix(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray-matrix")
-    matrix = MatrixProtocol.from_toml(write_matrix(tmp / "in", hosts=["host-a", "host-b"]))
-    outcome = run_matrix(matrix, RayExecutor(), tmp / "out", invocation="test")
-    return matrix, outcome, tmp
+    path = write_matrix(tmp / "in", hosts=["host-a", "host-b"])
+    sealed, cells = run(path, tmp / "out", executor="ray")
+    return path, sealed, cells, tmp
 
 
 def test_every_cell_runs_whole_on_its_own_node_and_the_matrix_verifies(two_node_matrix):
-    matrix, outcome, _ = two_node_matrix
+    _, outcome, cells, _ = two_node_matrix
     by_res = node_ids_by_resource()
-    assert sorted(c["id"] for c in outcome.cells) == sorted(
+    assert sorted(c["id"] for c in cells) == sorted(
         f"{p}--node-{by_res[h][:12]}" for p in ("exact-bands-quick", "quick-two")
         for h in ("host-a", "host-b"))
-    for cell in outcome.cells:
+    for cell in cells:
         assert cell["status"] == "sealed", cell["reason"]
         assert cell["pinned_node_id"] in by_res.values()
         assert cell["ran_on_node_id"] == cell["pinned_node_id"]      # recorded by the task
@@ -89,35 +88,35 @@ def test_every_cell_runs_whole_on_its_own_node_and_the_matrix_verifies(two_node_
         ident = n["identity"]
         assert ident["ray_node_id"] == n["ray_node_id"]
         assert ident["host"] and ident["cpu_model"] is not None and "gpu_driver" in ident
-    result = verify_matrix(outcome.path)
+    result = verify(outcome.path)
     assert result.ok, [str(p) for p in result.problems]
     assert result.manifest_sha == outcome.manifest_sha256
     manifest = json.loads((outcome.path / "manifest.json").read_text())
     listed = {e["path"] for e in manifest["files"]}
-    for cell in outcome.cells:  # the matrix manifest covers each cell's manifest
+    for cell in cells:  # the matrix manifest covers each cell's manifest
         assert f"{cell['dir']}/manifest.json" in listed
 
 
 def test_tampering_with_one_cell_fails_the_matrix_naming_that_cell(two_node_matrix, tmp_path):
-    _, outcome, _ = two_node_matrix
+    _, outcome, cells, _ = two_node_matrix
     copy = tmp_path / outcome.path.name
     shutil.copytree(outcome.path, copy)
-    victim, other = outcome.cells[1], outcome.cells[0]
+    victim, other = cells[1], cells[0]
     stats = copy / victim["dir"] / "stats.json"
     stats.write_text(stats.read_text().replace('"qualified": ', '"qualified":  ', 1))
-    result = verify_matrix(copy)
+    result = verify(copy)
     assert not result.ok
     text = "\n".join(str(p) for p in result.problems)
-    assert f"cell {victim['id']}" in text and other["id"] not in text
+    assert f"{victim['dir']}/stats.json: modified" in text and other["id"] not in text
 
 
 def test_local_executor_gives_the_same_cells_on_one_host(two_node_matrix):
-    matrix, ray_outcome, tmp = two_node_matrix
-    local = run_matrix(matrix, LocalExecutor(), tmp / "local", invocation="test")
-    assert verify_matrix(local.path).ok
-    ray_cells = {c["protocol"]: c for c in ray_outcome.cells}
-    assert sorted(c["protocol"] for c in local.cells) == sorted(ray_cells)
-    for cell in local.cells:
+    path, ray_outcome, ray_records, tmp = two_node_matrix
+    local, local_cells = run(path, tmp / "local", executor="local")
+    assert verify(local.path).ok
+    ray_cells = {c["protocol"]: c for c in ray_records}
+    assert sorted(c["protocol"] for c in local_cells) == sorted(ray_cells)
+    for cell in local_cells:
         twin = ray_cells[cell["protocol"]]
         here, there = local.path / cell["dir"], ray_outcome.path / twin["dir"]
         assert cell_layout(here) == cell_layout(there)
@@ -187,14 +186,13 @@ def test_killing_a_node_mid_matrix_fails_its_cells_and_seals_the_rest(cluster, t
             on_event.started = True
             threading.Thread(target=kill_when_running, daemon=True).start()
 
-    matrix = MatrixProtocol.from_toml(write_matrix(tmp_path / "in", name="kill",
-                                                   hosts=["host-a", "host-c"], measured=6))
-    outcome = run_matrix(matrix, RayExecutor(), tmp_path / "out", invocation="test",
+    outcome, cells = run(write_matrix(tmp_path / "in", name="kill", hosts=["host-a", "host-c"],
+                                      measured=6), tmp_path / "out", executor="ray",
                          on_event=on_event)
     assert killed.wait(WAIT_S)
     victim_name = f"node-{victim_id[:12]}"
-    lost = [cell for cell in outcome.cells if cell["node"] == victim_name]
-    kept = [cell for cell in outcome.cells if cell["node"] != victim_name]
+    lost = [cell for cell in cells if cell["node"] == victim_name]
+    kept = [cell for cell in cells if cell["node"] != victim_name]
     assert len(lost) == 2 and len(kept) == 2
     for cell in lost:
         assert cell["status"] == "failed"
@@ -202,7 +200,7 @@ def test_killing_a_node_mid_matrix_fails_its_cells_and_seals_the_rest(cluster, t
     for cell in kept:
         assert cell["status"] == "sealed", cell["reason"]
     assert not outcome.path.name.endswith(".partial")
-    result = verify_matrix(outcome.path)
+    result = verify(outcome.path)
     assert result.ok, [str(p) for p in result.problems]
     report = (outcome.path / "report.md").read_text()
     assert report.count("| FAILED |") == 2 and f"{lost[0]['id']}: node {victim_name} lost" in report
@@ -214,9 +212,7 @@ def test_a_cuda_protocol_on_a_node_without_gpu_fails_its_cell_with_the_reason(cl
     (tmp_path / "m.toml").write_text(
         'schema_version = 1\nkind = "matrix"\nname = "gpu-gap"\n'
         'protocols = ["exact-bands-gpu-aba"]\nhosts = ["host-a"]\n', encoding="utf-8")
-    outcome = run_matrix(MatrixProtocol.from_toml(tmp_path / "m.toml"), RayExecutor(),
-                         tmp_path / "out", invocation="test")
-    [cell] = outcome.cells
+    outcome, [cell] = run(tmp_path / "m.toml", tmp_path / "out", executor="ray")
     assert cell["status"] == "failed"
     assert "runs on cuda but node" in cell["reason"] and "has no GPU" in cell["reason"]
-    assert verify_matrix(outcome.path).ok
+    assert verify(outcome.path).ok

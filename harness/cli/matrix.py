@@ -41,19 +41,13 @@ def command(matrix_file: Path, executor: str, address: str | None, out: str) -> 
     Exit codes: 0 every cell qualified, 1 a cell not qualified, 2 bad input, 3 a cell failed.
     """
     from ..errors import UsageError
-    from ..kinds.matrix.driver import run_matrix
-    from ..kinds.matrix.executors import EXECUTORS
-    from ..kinds.matrix.protocol import MatrixProtocol
 
     if address and executor != "ray":
         raise UsageError("--ray-address is only used by the ray executor", field="--ray-address",
                          expected="--executor ray", got=f"--executor {executor}")
-    matrix = MatrixProtocol.from_toml(matrix_file)
+    if not matrix_file.is_file():
+        raise UsageError("no such matrix file", file=str(matrix_file))
     err = Console(stderr=True, soft_wrap=True)
-    make = EXECUTORS[executor]
-    runner = make(address) if executor == "ray" else make()
-    err.print(f"matrix {matrix.name}: {len(matrix.protocols)} protocol(s) on the {executor} "
-              f"executor; evidence under {out}", highlight=False)
 
     def on_event(name: str, details: dict) -> None:
         if name == "planned":
@@ -67,13 +61,40 @@ def command(matrix_file: Path, executor: str, address: str | None, out: str) -> 
                 f"FAILED: {details['reason']}"
             err.print(f"cell {details['cell']}: {what}", highlight=False)
 
-    outcome = run_matrix(matrix, runner, Path(out),
-                         invocation=_invocation(str(matrix_file), executor, address, out),
-                         on_event=on_event)
+    outcome = run_matrix(matrix_file, executor, address, Path(out), on_event=on_event,
+                         announce=lambda text: err.print(text, highlight=False))
     text = (outcome.path / "report.md").read_text(encoding="utf-8")
     click.echo(text.rstrip("\n"))
     click.echo(f"\nMatrix evidence manifest SHA-256: {outcome.manifest_sha256}")
     err.print(f"evidence: {outcome.path}", highlight=False)
-    if outcome.failed:
+    cells = outcome.results["cells"]["cells"]
+    if any(c["status"] != "sealed" for c in cells):
         sys.exit(3)
-    sys.exit(0 if all(c["summary"]["qualified"] for c in outcome.cells) else 1)
+    sys.exit(0 if outcome.qualified else 1)
+
+
+def run_matrix(matrix_file: Path, executor: str, address: str | None, out: Path, *,
+               on_event=None, announce=lambda text: None):
+    """Load MATRIX.toml and every cell protocol (user errors before anything runs), make the
+    executor (the ray extra named if missing), then seal the matrix through the registry.
+
+    Returns the Sealed matrix (results: {"cells": cells.json, "nodes": nodes.json}).
+    """
+    from .. import kinds
+    from ..kinds.matrix.driver import load_protocols
+    from ..kinds.matrix.executors import EXECUTORS
+    from ..verify import verify
+
+    matrix = kinds.load(str(matrix_file), command="matrix")
+    cells = load_protocols(matrix, kinds.KINDS)
+    make = EXECUTORS[executor]
+    runner = make(address) if executor == "ray" else make()
+    announce(f"matrix {matrix.name}: {len(cells)} protocol(s) on the {executor} executor; "
+             f"evidence under {out}")
+    try:
+        return kinds.seal("matrix", matrix, out,
+                          invocation=_invocation(str(matrix_file), executor, address, str(out)),
+                          options={"executor": runner, "cells": cells, "verify": verify,
+                                   "on_event": on_event})
+    finally:
+        runner.close()

@@ -17,9 +17,9 @@ import socket
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ...errors import QualifyError, RunFailed, UsageError
 from ...evidence import check_rel_path
@@ -44,16 +44,20 @@ class CellSpec:
     node_id: str | None           # the Ray node id the cell is pinned to; None locally
     invocation: str
     task_env: tuple[tuple[str, str], ...] = ()   # the matrix [env]: the task's env on the node
+    registry: Mapping[str, Any] = field(default_factory=dict)  # kind name -> Kind (travels)
 
 
-def run_protocol(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
-                 on_event: Callable[[Any], None] | None = None):
-    """The one seam to a protocol's run flow (today `runner.qualify`; the kind registry later).
+def run_protocol(spec: CellSpec, out_root: Path, *,
+                 on_event: Callable[[Any], None] | None = None) -> Any:
+    """The one seam to a cell's run flow: its kind from the registry that travelled with the
+    cell, through the one sealing path (harness.evidence.seal), exactly as `dflash-qualify run`.
 
-    Returns the runner's Outcome (path, manifest_sha256, qualified, stats); raises RunFailed.
+    Returns the Sealed evidence (path, manifest_sha256, qualified); raises RunFailed.
     """
-    from ...runner import qualify
-    return qualify(loaded, out_root, invocation=invocation, on_event=on_event)
+    from ...evidence import seal
+    kind = spec.registry[spec.loaded.resolved["kind"]]
+    return seal(kind, spec.loaded, out_root, invocation=spec.invocation,
+                options={"on_event": on_event}, registry=spec.registry)
 
 
 def current_node_id() -> str | None:
@@ -109,8 +113,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
                 tempfile.TemporaryDirectory(prefix="dq-cell-") as tmp:
             result["ray_env_removed"] = removed
             result["node"] = node_identity(spec.loaded.resolved, in_ray=in_ray)
-            outcome = run_protocol(spec.loaded, Path(tmp), invocation=spec.invocation,
-                                   on_event=on_event)
+            outcome = run_protocol(spec, Path(tmp), on_event=on_event)
             result["evidence"] = pack_dir(outcome.path)
         result.update(ok=True, manifest_sha256=outcome.manifest_sha256,
                       qualified=bool(outcome.qualified))

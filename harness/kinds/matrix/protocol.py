@@ -21,12 +21,13 @@ to the matrix file.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ... import protocol as protocol_mod
 from ...errors import UsageError
 
 KIND = "matrix"
@@ -83,18 +84,9 @@ class MatrixProtocol:
     def from_toml(cls, path: str | Path) -> "MatrixProtocol":
         """Read and validate a matrix file; UsageError (file, field, expected, got) on any problem."""
         path = Path(path)
-        display = str(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read: {exc.strerror}", file=display) from None
-        try:
-            doc = tomllib.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"not UTF-8 text (byte {exc.start})", file=display) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"TOML syntax error: {exc}", file=display) from None
-        return cls.from_doc(doc, file=display, base_dir=path.parent, raw=raw)
+        if not os.path.isfile(path):
+            raise UsageError("no such matrix file", file=str(path))
+        return from_document(protocol_mod.read_document(str(path)))
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], *, file: str, base_dir: Path,
@@ -163,6 +155,23 @@ class MatrixProtocol:
                    source_file=file, source_sha256=hashlib.sha256(raw).hexdigest(),
                    source_bytes=raw)
 
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """protocol.json of the matrix evidence (what the sealing path writes and redacts)."""
+        return self.to_json()
+
+    @classmethod
+    def from_resolved(cls, resolved: dict[str, Any]) -> "MatrixProtocol":
+        """The matrix back from its resolved form (protocol.json, or a Session's protocol)."""
+        source = resolved.get("source") or {}
+        return cls(name=resolved["name"], description=resolved.get("description", ""),
+                   protocols=tuple(resolved["protocols"]),
+                   protocol_paths=tuple(resolved["protocol_paths"]),
+                   hosts=tuple(HostSelector(h) for h in resolved.get("hosts") or []),
+                   warmups=resolved.get("warmups"), measured=resolved.get("measured"),
+                   env=tuple(sorted((resolved.get("env") or {}).items())),
+                   source_file=source.get("file", ""), source_sha256=source.get("sha256", ""))
+
     def to_json(self) -> dict[str, Any]:
         """The resolved matrix protocol as written to matrix.json (no source bytes)."""
         return {"schema_version": SCHEMA_VERSION, "kind": KIND, "name": self.name,
@@ -173,6 +182,16 @@ class MatrixProtocol:
                 "source": {"file": self.source_file, "sha256": self.source_sha256}}
 
 
+def from_document(document: Any, **overrides: Any) -> MatrixProtocol:
+    """The matrix schema for the kind registry: a read protocol document (harness.protocol
+    .read_document) validated into a MatrixProtocol. No overrides apply to a matrix."""
+    if overrides:
+        raise UsageError("a matrix takes no command-line overrides (set warmups / measured in "
+                         "the matrix file)", file=document.display, field=", ".join(overrides))
+    return MatrixProtocol.from_doc(document.doc, file=document.display,
+                                   base_dir=document.path.parent, raw=document.raw)
+
+
 def _resolve_entry(entry: str, base_dir: Path) -> str:
     """A path-looking entry relative to the matrix file; a bare name stays a bundled name."""
     if entry.endswith(".toml") or "/" in entry:
@@ -180,10 +199,3 @@ def _resolve_entry(entry: str, base_dir: Path) -> str:
         return str(p if p.is_absolute() else base_dir / p)
     return entry
 
-
-def is_matrix_file(raw: bytes) -> bool:
-    """True when a TOML file declares kind = "matrix" (a cheap check for the CLI)."""
-    try:
-        return tomllib.loads(raw.decode("utf-8")).get("kind") == KIND
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False

@@ -49,7 +49,8 @@ def render_markdown(matrix: dict[str, Any], nodes_json: dict[str, Any],
     """The matrix report as markdown.
 
     Args:
-        matrix: matrix.json; nodes_json: nodes.json; cells_json: cells.json.
+        matrix: protocol.json (the resolved matrix); nodes_json: nodes.json; cells_json:
+            cells.json (executor, notes, cells).
         manifest_sha256: the matrix evidence id, when rendering a sealed matrix.
     Returns:
         Markdown text ending in a newline.
@@ -62,7 +63,7 @@ def render_markdown(matrix: dict[str, Any], nodes_json: dict[str, Any],
     sealed = sum(1 for c in cells if c.get("status") == "sealed")
     out += [f"{len(cells)} cells ({len(matrix.get('protocols') or [])} protocols x "
             f"{len(nodes) + len(nodes_json.get('gaps') or [])} hosts) on the "
-            f"{matrix.get('executor')} executor: {sealed} sealed, {len(cells) - sealed} failed. "
+            f"{cells_json.get('executor')} executor: {sealed} sealed, {len(cells) - sealed} failed. "
             f"Every verdict is its own cell's: samples from different hosts are never pooled.", ""]
     out += ["| cell | protocol | host | verdict | gain | drift | response SHA-256 | cell evidence |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -87,9 +88,9 @@ def render_markdown(matrix: dict[str, Any], nodes_json: dict[str, Any],
     notes = response_notes(cells)
     if notes:
         out += ["Responses across hosts:", "", *(f"- {n}" for n in notes), ""]
-    for note in matrix.get("notes") or []:
+    for note in cells_json.get("notes") or []:
         out.append(f"Note: {note}")
-    if matrix.get("notes"):
+    if cells_json.get("notes"):
         out.append("")
     if manifest_sha256:
         out.append(f"Matrix evidence manifest SHA-256: {manifest_sha256}")
