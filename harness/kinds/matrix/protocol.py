@@ -173,7 +173,7 @@ class MatrixProtocol:
                    source_file=source.get("file", ""), source_sha256=source.get("sha256", ""))
 
     def to_json(self) -> dict[str, Any]:
-        """The resolved matrix protocol as written to matrix.json (no source bytes)."""
+        """The resolved matrix protocol (protocol.json of matrix evidence; no source bytes)."""
         return {"schema_version": SCHEMA_VERSION, "kind": KIND, "name": self.name,
                 "description": self.description, "protocols": list(self.protocols),
                 "protocol_paths": list(self.protocol_paths),
