@@ -77,6 +77,32 @@ def test_the_example_matrix_parses_and_its_protocols_load():
         ["exact-bands-quick"]
 
 
+def test_the_docs_matrix_file_and_cluster_commands_match_the_code(tmp_path):
+    """Acceptance 4's docs: the matrix file shown in docs/matrix.md parses, and every `ray start`
+    line there gives the host the cell slot the ray executor asks for."""
+    import re
+    from dflash_qualify.harness.kinds.matrix.executors import SLOT
+    text = (HERE.parent / "docs" / "matrix.md").read_text(encoding="utf-8")
+    block = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+    import tomllib
+    m = MatrixProtocol.from_doc(tomllib.loads(block), file="docs/matrix.md", base_dir=tmp_path)
+    assert [h.text for h in m.hosts] == ["gpu-h200", "gpu-4090", "zone=lab"]
+    joined = text.replace("\\\n", " ")  # shell line continuations
+    starts = [line for line in joined.splitlines() if line.startswith("ray start")]
+    assert len(starts) >= 3
+    for line in starts:
+        assert f'"{SLOT}": 1' in line, line
+    for command in ("dflash-qualify matrix", "--executor ray", "--ray-address auto",
+                    "pip install 'dflash-qualify[ray]'"):
+        assert command in text
+
+
+def test_verdict_labels_follow_the_recorded_decision():
+    assert summary.verdict_label({"qualified": True}) == "QUALIFIED"
+    assert summary.verdict_label({"qualified": False}) == "NOT QUALIFIED"
+    assert summary.verdict_label({"qualified": False, "decision": "INCONCLUSIVE"}) == "INCONCLUSIVE"
+
+
 def test_cell_protocol_errors_stop_the_matrix_before_anything_runs(tmp_path):
     path = _matrix_file(tmp_path, BASE.replace('["exact-bands-quick"]', '["exact-bands-quick", "exact-bands-quick"]'))
     with pytest.raises(UsageError, match=r"protocols\[1\].*appears twice"):

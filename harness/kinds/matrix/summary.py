@@ -11,8 +11,9 @@ from typing import Any
 
 
 def verdict_label(verdict: dict[str, Any]) -> str:
-    """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE from a stats.json verdict."""
-    answer = verdict.get("answer") if isinstance(verdict, dict) else None
+    """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE from a stats.json verdict (its `decision` where
+    the stats version records one, else from `qualified`)."""
+    answer = verdict.get("decision") if isinstance(verdict, dict) else None
     if isinstance(answer, str) and answer:
         return answer.upper().replace("_", " ")
     return "QUALIFIED" if isinstance(verdict, dict) and verdict.get("qualified") else "NOT QUALIFIED"
