@@ -66,6 +66,7 @@ def test_matrix_protocol_parses_hosts_env_and_paths(tmp_path):
     doc = m.to_json()
     assert doc["kind"] == "matrix" and doc["hosts"] == ["gpu-h200", "zone=lab"]
     json.dumps(doc)  # JSON-ready
+    assert MatrixProtocol.from_json(doc).to_json() == doc  # protocol.json round-trips
     with pytest.raises(AttributeError):
         m.name = "other"  # frozen
 

@@ -84,7 +84,7 @@ def load_protocols(matrix: MatrixProtocol, registry: Mapping[str, Any]) -> list[
 def run_cells(session: Any) -> dict[str, dict[str, Any]]:
     """Run every cell on the executor (Session option `executor`, default local) and store each
     verified cell under cells/<id>/; no arms of its own (each cell records its arms)."""
-    matrix = MatrixProtocol.from_resolved(session.protocol)
+    matrix = MatrixProtocol.from_json(session.protocol)
     executor = session.option("executor") or LocalExecutor()
     emit: Event = session.option("on_event") or (lambda name, details: None)
     registry = dict(session.registry)

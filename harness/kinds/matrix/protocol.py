@@ -160,9 +160,15 @@ class MatrixProtocol:
         """protocol.json of the matrix evidence (what the sealing path writes and redacts)."""
         return self.to_json()
 
+    @property
+    def protocol(self) -> "MatrixProtocol":
+        """The typed protocol (a loaded protocol's `.protocol`): the matrix itself."""
+        return self
+
     @classmethod
-    def from_resolved(cls, resolved: dict[str, Any]) -> "MatrixProtocol":
-        """The matrix back from its resolved form (protocol.json, or a Session's protocol)."""
+    def from_json(cls, resolved: dict[str, Any]) -> "MatrixProtocol":
+        """The matrix back from its resolved form (protocol.json, or a Session's protocol);
+        to_json's inverse for a matrix from_doc validated (no checks of its own)."""
         source = resolved.get("source") or {}
         return cls(name=resolved["name"], description=resolved.get("description", ""),
                    protocols=tuple(resolved["protocols"]),
