@@ -7,20 +7,32 @@ from pathlib import Path
 from dflash_qualify.harness import protocol
 
 
+# a sequential protocol's budget (a fixed-N copy drops them: a few requests per arm, no looks)
+SEQUENTIAL_KEYS = ("sequential", "max_rounds", "max_seconds")
+
+
+def fixed_n(text: str) -> str:
+    """A bundled protocol's TOML without sequential budget lines (fixed N, as the matrix sets)."""
+    return "\n".join(line for line in text.splitlines()
+                     if line.split("=")[0].strip() not in SEQUENTIAL_KEYS) + "\n"
+
+
 def write_matrix(tmp: Path, *, name: str = "two-quick", hosts: list[str] | None = None,
                  measured: int = 2, extra: str = "") -> Path:
-    """matrix.toml under tmp: the bundled exact-bands-quick and a renamed copy beside it."""
+    """matrix.toml under tmp over two fixed-N copies of the bundled exact-bands-quick beside it:
+    quick-one.toml (named exact-bands-quick) and quick-two.toml (named quick-two)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    quick = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text(encoding="utf-8")
+    quick = fixed_n((protocol.bundled_dir() / "exact-bands-quick.toml").read_text(encoding="utf-8"))
     copy = quick.replace('name = "exact-bands-quick"', 'name = "quick-two"')
     assert copy != quick
+    (tmp / "quick-one.toml").write_text(quick, encoding="utf-8")
     (tmp / "quick-two.toml").write_text(copy, encoding="utf-8")
     host_line = f"hosts = {hosts!r}\n".replace("'", '"') if hosts is not None else ""
     path = tmp / "matrix.toml"
     path.write_text(
         'schema_version = 1\nkind = "matrix"\n'
         f'name = "{name}"\ndescription = "two quick protocols on ds4-tiny"\n'
-        'protocols = ["exact-bands-quick", "quick-two.toml"]\n'
+        'protocols = ["quick-one.toml", "quick-two.toml"]\n'
         f'{host_line}warmups = 0\nmeasured = {measured}\n{extra}', encoding="utf-8")
     return path
 
