@@ -31,7 +31,7 @@ STORE = 80 << 20   # object store per node: cells return a few hundred KiB
 # Quick dead-node detection (a killed raylet is declared dead after a few missed checks); not
 # a timing assertion: nothing below depends on how fast it is, only on the outcome.
 SYSTEM = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-          "health_check_timeout_ms": 3000, "health_check_failure_threshold": 5}
+          "health_check_timeout_ms": 5000, "health_check_failure_threshold": 5}
 WAIT_S = 240       # only stops a hung wait; nothing is timed
 
 
