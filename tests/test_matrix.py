@@ -241,3 +241,23 @@ def test_ray_executor_without_the_extra_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UsageError, match=r"pip install 'dflash-qualify\[ray\]'"):
         executors.RayExecutor()
+
+
+def test_a_cell_holding_a_driver_secret_is_refused_whole_not_stored_altered(tmp_path):
+    """The matrix writer scrubs its secrets from every byte; a cell holding one would no longer
+    match its own manifest, so the driver refuses it with the reason and the matrix still seals.
+    Here the prompt id "p256", which every cell's samples hold, plays the secret."""
+    from dflash_qualify.harness.evidence import EvidenceWriter
+
+    def writer_with_secret(root, name, *, secrets=()):
+        return EvidenceWriter.create(root, name, secrets=[*secrets, "p256"])
+
+    matrix = kinds.load(str(write_matrix(tmp_path / "in")), command="matrix")
+    sealed = kinds.seal("matrix", matrix, tmp_path / "out", invocation="test",
+                        options={"verify": verify}, writer_factory=writer_with_secret)
+    cells = sealed.results["cells"]["cells"]
+    assert [c["status"] for c in cells] == ["failed", "failed"]
+    for cell in cells:
+        assert "holds a value this driver treats as a secret; not stored" in cell["reason"]
+    assert not (sealed.path / "cells").exists()
+    assert verify(sealed.path).ok
