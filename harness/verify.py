@@ -148,6 +148,9 @@ def _verify(root: Path, result: VerifyResult) -> None:
             result.add(rel, "required file missing")
     if result.ok:  # recompute from files that are exactly what was sealed, never from others
         kind.recompute(root, result)
+        for sub in kind.nested(root) if kind.nested is not None else ():
+            for problem in verify(root / sub).problems:  # nested evidence, checked whole
+                result.add(sub if problem.path == "." else f"{sub}/{problem.path}", problem.message)
 
 
 def _scan(root: Path, result: VerifyResult) -> set[str]:

@@ -108,6 +108,7 @@ def test_registry_rejects_a_second_kind_of_the_same_name(tally):
 
 
 def test_builtin_kinds():
-    assert list(kinds.KINDS) == ["bracket", "compare", "calibration", "exactness"]
+    assert list(kinds.KINDS) == ["bracket", "compare", "calibration", "exactness", "matrix"]
     assert kinds.for_evidence({"kind": "bracket", "calibration": {}}).name == "calibration"
     assert kinds.for_evidence({"kind": "exactness"}).name == "exactness"
+    assert kinds.for_evidence({"kind": "matrix"}).name == "matrix"

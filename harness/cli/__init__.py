@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve the embedded engine over HTTP (llama.cpp and OpenAI APIs)."),
     "calibrate": ("calibrate", "A/A brackets: noise floor, false-alarm rate, power, needed N."),
     "exactness": ("exactness", "Tensor-level exactness: q1-oracle trace diff, first divergence, coverage."),
+    "matrix": ("matrix", "Protocols x hosts (local or Ray): one sealed cell per pair, one manifest."),
 }
 
 

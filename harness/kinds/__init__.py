@@ -120,7 +120,8 @@ def _register_builtin() -> None:
     from .bracket import BRACKET, COMPARE
     from .calibration import CALIBRATION
     from .exactness import EXACTNESS
-    for kind in (BRACKET, COMPARE, CALIBRATION, EXACTNESS):
+    from .matrix import MATRIX
+    for kind in (BRACKET, COMPARE, CALIBRATION, EXACTNESS, MATRIX):
         register(kind)
 
 

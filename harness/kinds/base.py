@@ -41,6 +41,9 @@ class Kind:
     claims: claims(protocol_json) -> True when a directory whose protocol.json names another
         kind is this one's (calibration: a bracket protocol with a [calibration] table).
     default_protocol: the bundled protocol its command runs when given none.
+    nested: nested(root) -> evidence-relative directories that are sealed evidence of their own
+        (a matrix's cells); verify checks each one whole, after `recompute`, and reports its
+        problems under that directory (None: the kind nests no evidence).
     """
 
     name: str
@@ -59,3 +62,4 @@ class Kind:
     summary: Callable[[Path, str, dict[str, Any]], str] | None = None
     claims: Callable[[dict[str, Any]], bool] | None = None
     default_protocol: str | None = None
+    nested: Callable[[Path], list[str]] | None = None
