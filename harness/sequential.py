@@ -67,6 +67,7 @@ from typing import Sequence
 
 import numpy as np
 from scipy.special import betainc, betaln
+from scipy.stats import beta as beta_dist
 
 HIGHER = "higher"
 LOWER = "lower"
@@ -86,7 +87,7 @@ METHOD = ("sign-test confidence sequence for the median of per-block log ratios 
           "(one-sided uniform beta-binomial mixture on [1/2, 1], Ville's inequality; "
           "Howard, Ramdas, McAuliffe & Sekhon 2021; Howard & Ramdas 2022)")
 
-PROJECTION_CAP = 100_000   # blocks: beyond this no budget is "likely to decide"
+PROJECTION_CAP = 65_536    # blocks: beyond this no budget is "likely to decide"
 
 # decision codes of the vectorised core
 _CODE_CONTINUE, _CODE_QUALIFIED, _CODE_BELOW, _CODE_DRIFT = 0, 1, 2, 3
@@ -236,11 +237,12 @@ def log_mixture(n: np.ndarray | int, s: np.ndarray | int) -> np.ndarray:
                 + np.log(betainc(n - s + 1.0, s + 1.0, 0.5)))
 
 
-@lru_cache(maxsize=64)
-def _critical_counts_cached(n_max: int, alpha: float) -> tuple[int, ...]:
-    n = np.arange(1, n_max + 1)
+@lru_cache(maxsize=16)
+def _critical_table(size: int, alpha: float) -> np.ndarray:
+    """k_n for n = 0..size (read-only); see critical_counts."""
+    n = np.arange(1, size + 1)
     # M_n grows with S: bisection on S for every n at once; k = n + 1 means "not reachable"
-    lo = np.zeros(n_max, dtype=np.int64)          # log M(lo) < threshold (S = 0 never rejects)
+    lo = np.zeros(size, dtype=np.int64)           # log M(lo) < threshold (S = 0 never rejects)
     hi = n + 1                                    # sentinel: S = n + 1 "rejects"
     threshold = math.log(1.0 / alpha)
     while np.any(hi - lo > 1):
@@ -248,7 +250,9 @@ def _critical_counts_cached(n_max: int, alpha: float) -> tuple[int, ...]:
         ok = np.where(mid <= n, log_mixture(n, np.minimum(mid, n)) >= threshold, True)
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid)
-    return (0,) + tuple(int(k) for k in hi)       # index 0: no look
+    table = np.concatenate([[0], hi]).astype(np.int64)   # index 0: no look
+    table.flags.writeable = False
+    return table
 
 
 def critical_counts(n_max: int, alpha: float) -> np.ndarray:
@@ -258,14 +262,18 @@ def critical_counts(n_max: int, alpha: float) -> np.ndarray:
         n_max: the last look.
         alpha: the one-sided error of the boundary, in (0, 1).
     Returns:
-        int array of length n_max + 1; k[0] = 0 is a placeholder, k[n] = n + 1 where no
-        count rejects yet (too few blocks: n < 8 at alpha = 0.025).
+        read-only int array of length n_max + 1; k[0] = 0 is a placeholder, k[n] = n + 1
+        where no count rejects yet (too few blocks: n < 8 at alpha = 0.025). Computed once
+        per alpha for a power-of-two table and sliced.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if n_max < 0:
         raise ValueError(f"n_max must be >= 0, got {n_max}")
-    return np.asarray(_critical_counts_cached(int(n_max), float(alpha)), dtype=np.int64)
+    size = 1024
+    while size < n_max:
+        size *= 2
+    return _critical_table(size, float(alpha))[: n_max + 1]
 
 
 def alpha_of(confidence: float) -> float:
@@ -407,6 +415,24 @@ def project(r: Sequence[float], *, confidence: float, min_gain_log: float) -> Pr
         return Projection(None, None, f"the blocks sit at min_gain: neither bound is likely to "
                                       f"cross it within {PROJECTION_CAP} blocks")
     return Projection(best[0], best[1], None)
+
+
+def proportion_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided interval of a binomial rate k / n (a verdict rate over brackets).
+
+    Args:
+        k: brackets with the outcome; n: brackets run (>= 1).
+        confidence: e.g. 0.95.
+    Returns:
+        (low, high), the Clopper-Pearson interval (Clopper & Pearson 1934, Biometrika 26):
+        beta quantiles (a/2; k, n - k + 1) and (1 - a/2; k + 1, n - k); 0 and 1 at the ends.
+    """
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    a = 1.0 - confidence
+    low = 0.0 if k == 0 else float(beta_dist.ppf(a / 2.0, k, n - k + 1))
+    high = 1.0 if k == n else float(beta_dist.ppf(1.0 - a / 2.0, k + 1, n - k))
+    return low, high
 
 
 # ---------------------------------------------------------------------------- verification
