@@ -435,6 +435,67 @@ def proportion_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, floa
     return low, high
 
 
+# ---------------------------------------------------------------------------- records
+
+def gate_settings(protocol: dict) -> dict:
+    """decide()'s settings from a resolved protocol: direction and the gate's confidence,
+    min_gain_pct and max_drift_pct."""
+    gate = protocol["gate"]
+    return {"direction": protocol["direction"], "confidence": gate["confidence"],
+            "min_gain_pct": gate["min_gain_pct"], "max_drift_pct": gate["max_drift_pct"]}
+
+
+def blocks_from_records(records: Sequence[dict], *, reference_a: str, candidate: str,
+                        reference_b: str, direction: str) -> list[BlockStat]:
+    """The block statistics of a sequential bracket's sample records.
+
+    Args:
+        records: samples.jsonl records (warm-ups and failed requests are skipped); each
+            measured record carries `block`, the block of fresh workers it ran in.
+        reference_a, candidate, reference_b: the arm ids.
+        direction: "higher" or "lower".
+    Returns:
+        One BlockStat per block, in block order (a block lacking an arm raises ValueError).
+    """
+    cells: dict[int, dict[str, list[float]]] = {}
+    for rec in sorted(records, key=lambda x: x.get("seq", 0)):
+        if rec.get("phase") != "measured" or rec.get("ok", True) is False:
+            continue
+        block = rec.get("block")
+        if not isinstance(block, int) or isinstance(block, bool):
+            raise ValueError(f"measured record seq {rec.get('seq')} has no block number")
+        cells.setdefault(block, {}).setdefault(rec["arm"], []).append(float(rec["value"]))
+    return [block_stat(b, cells[b].get(reference_a, []), cells[b].get(candidate, []),
+                       cells[b].get(reference_b, []), direction) for b in sorted(cells)]
+
+
+def look_json(look: Look) -> dict:
+    """A Look as the JSON record looks.jsonl and stats.json carry."""
+    return {"n": look.n, "gain_pct": look.gain_pct, "lo_pct": look.lo_pct, "hi_pct": look.hi_pct,
+            "drift_pct": look.drift_pct, "drift_lo_pct": look.drift_lo_pct,
+            "drift_hi_pct": look.drift_hi_pct, "above": look.above, "below": look.below,
+            "needed": look.needed, "decision": look.decision, "reason": look.reason}
+
+
+def verdict_json(v: SequentialVerdict) -> dict:
+    """The whole sequential verdict as stats.json's `sequential` table."""
+    return {
+        "method": v.method, "direction": v.direction, "confidence": v.confidence,
+        "alpha_per_side": alpha_of(v.confidence), "min_gain_pct": v.min_gain_pct,
+        "max_drift_pct": v.max_drift_pct,
+        "blocks": [{"block": b.index, "reference_a_median": b.reference_a,
+                    "candidate_median": b.candidate, "reference_b_median": b.reference_b,
+                    "r": b.r, "gain_pct": from_log_gain(b.r, v.direction),
+                    "drift_pct": math.expm1(b.drift) * 100.0} for b in v.blocks],
+        "looks": [look_json(lk) for lk in v.looks],
+        "decision": v.decision, "reason": v.reason, "decided_at": v.decided_at,
+        "blocks_after_decision": v.blocks_after_decision,
+        "projection": None if v.projection is None else {
+            "blocks": v.projection.blocks, "decision": v.projection.decision,
+            "reason": v.projection.reason},
+    }
+
+
 # ---------------------------------------------------------------------------- verification
 
 LOOK_FIELDS = ("n", "lo_pct", "hi_pct", "decision", "reason")

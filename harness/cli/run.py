@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .options import run_options
 from .. import protocol as protocol_mod
 from ..runner import Event, qualify
+from . import verdict_exit_code
 
 UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", "total_ms": "ms"}
 
@@ -19,8 +20,9 @@ UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", 
 class ProgressView:
     """Arm, request i/N and running median on stderr: a live bar on a TTY, plain lines otherwise."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, sequential: bool = False) -> None:
         self.console = console
+        self.sequential = sequential   # one line per block (a look) instead of per request
         self.live = console.is_terminal
         self.progress: Progress | None = None
         self.tasks: dict[str, int] = {}
@@ -42,6 +44,17 @@ class ProgressView:
     def __call__(self, e: Event) -> None:
         unit = UNITS.get(e.metric, "")
         key = e.arm
+        if self.sequential:
+            if e.kind != "look":
+                return
+            if self.progress is not None:
+                if "look" not in self.tasks:
+                    self.tasks["look"] = self.progress.add_task("", total=None, arm="blocks",
+                                                                status="")
+                self.progress.update(self.tasks["look"], completed=e.index, status=e.label)
+            else:
+                self.console.print(e.label, highlight=False)
+            return
         if e.kind == "arm_start":
             if self.progress is not None:
                 self.tasks[key] = self.progress.add_task("", total=None, arm=e.label,
@@ -86,7 +99,8 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     `serve`);
     templates to copy and edit: llama-server-aba, openai-server-aba.
 
-    Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
+    Exit codes: 0 qualified, 1 not qualified, 2 bad input, 3 run failed or interrupted,
+    4 inconclusive (a sequential protocol's budget ran out before it decided).
     """
     from .. import reports
     from ..evidence import load_evidence
@@ -99,11 +113,11 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
               f"{target['model'] or target['kind'] + ' target'}{where}): evidence under {out}",
               highlight=False)
-    with ProgressView(err) as view:
+    with ProgressView(err, sequential=bool(loaded.resolved.get("sequential"))) as view:
         outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)
     text = reports.render(load_evidence(outcome.path), "md")
     click.echo(text.rstrip("\n"))
     if outcome.manifest_sha256 not in text:
         click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")
     err.print(f"evidence: {outcome.path}", highlight=False)
-    sys.exit(0 if outcome.qualified else 1)
+    sys.exit(verdict_exit_code(outcome.stats["verdict"]))
