@@ -435,6 +435,64 @@ def proportion_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, floa
     return low, high
 
 
+# ---------------------------------------------------------------------------- calibration
+
+@dataclass(frozen=True)
+class EffectRates:
+    """How the rule answers simulated brackets with one true gain (calibrate)."""
+
+    gain_pct: float
+    simulations: int
+    qualified: int
+    not_qualified: int
+    inconclusive: int
+    median_blocks: float | None        # blocks to a verdict, over the decided brackets
+    median_seconds: float | None       # median_blocks x seconds per block
+
+
+def bootstrap_rates(r: Sequence[float], d: Sequence[float], gains_pct: Sequence[float], *,
+                    direction: str, confidence: float, min_gain_pct: float,
+                    max_drift_pct: float | None, max_blocks: int, seconds_per_block: float | None,
+                    simulations: int, seed: int) -> list[EffectRates]:
+    """The rule's answers on brackets resampled from real A/A blocks, per true gain.
+
+    Args:
+        r, d: the A/A blocks' log gains and drifts (block_stat), one pair per block.
+        gains_pct: true gains to inject (in the report's gain %).
+        direction, confidence, min_gain_pct, max_drift_pct: as for decide().
+        max_blocks: the budget in blocks.
+        seconds_per_block: measured wall time of one block (None: no time estimate).
+        simulations: brackets per gain; seed: numpy PCG64 seed.
+    Returns:
+        Per gain: counts of QUALIFIED / NOT QUALIFIED / INCONCLUSIVE and the median blocks
+        (and seconds) to a verdict. Each simulated bracket draws max_blocks (r, d) pairs
+        with replacement from the A/A blocks (the nonparametric bootstrap of independent
+        units: Efron 1979; Davison & Hinkley 1997, ch. 2) and adds the true log gain to r;
+        the same draws serve every gain (common random numbers). A/A blocks carry the
+        machine's real block-to-block noise; their own small spurious gain is kept, so the
+        rates are those of this machine, not of an ideal one.
+    """
+    rr, dd = np.asarray(r, dtype=np.float64), np.asarray(d, dtype=np.float64)
+    if rr.size == 0 or rr.size != dd.size:
+        raise ValueError("need one drift per block and at least one block")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, rr.size, size=(simulations, max_blocks))
+    out = []
+    dl = None if max_drift_pct is None else drift_log(max_drift_pct)
+    g = to_log_gain(min_gain_pct, direction)
+    for gain in gains_pct:
+        code, stop = decide_many(rr[idx] + to_log_gain(gain, direction), dd[idx],
+                                 confidence=confidence, min_gain_log=g, max_drift_log=dl)
+        decided = stop[stop > 0]
+        med = float(np.median(decided)) if decided.size else None
+        out.append(EffectRates(float(gain), simulations, int(np.sum(code == _CODE_QUALIFIED)),
+                               int(np.sum((code == _CODE_BELOW) | (code == _CODE_DRIFT))),
+                               int(np.sum(code == _CODE_CONTINUE)), med,
+                               None if med is None or seconds_per_block is None
+                               else med * seconds_per_block))
+    return out
+
+
 # ---------------------------------------------------------------------------- records
 
 def gate_settings(protocol: dict) -> dict:

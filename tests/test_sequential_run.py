@@ -171,3 +171,24 @@ def test_sequential_needs_a_budget_and_an_interleaved_schedule(tmp_path):
     path.write_text(QUICK.read_text().replace("measured = 5", "measured = 5\nmax_rounds = 3"))
     with pytest.raises(Exception, match="measure.sequential = true"):
         protocol.load(str(path))
+
+
+def test_calibrate_reports_the_sequential_rules_rates_per_true_gain(tmp_path):
+    from dflash_qualify.harness.calibrate import calibrate
+    loaded = sequential_protocol(tmp_path)
+    settings = {"repeats": 12, "simulations": 300, "seed": 1, "n_grid": [3], "effects_pct": [5.0]}
+    same = {"A": FakeScript(prefill_ms=timing(10.0, 5)), "cand": FakeScript(prefill_ms=timing(10.0, 6)),
+            "B": FakeScript(prefill_ms=timing(10.0, 7))}
+    out = calibrate(loaded, tmp_path / "cal", settings, invocation="dflash-qualify calibrate test",
+                    make_target=fake_factory(same))
+    seq = out.stats["sequential"]
+    assert seq["blocks"] == 12
+    rates = {x["gain_pct"]: x for x in seq["rates"]}
+    assert sorted(rates) == [0.0, 2.0, 5.5, 10.0]
+    for x in rates.values():
+        assert x["qualified"] + x["not_qualified"] + x["inconclusive"] == 300
+    assert rates[0.0]["error"] == "false qualification" and rates[10.0]["error"] == "false refusal"
+    assert rates[0.0]["qualified_pct"] <= 2.5 and rates[10.0]["qualified_pct"] >= 95.0
+    assert rates[10.0]["median_blocks"] is not None
+    assert verify(out.path).ok
+    assert "## The sequential rule on this machine" in (out.path / "report.md").read_text()
