@@ -254,9 +254,8 @@ class Runner:
                 for i in range(max(arm[key] for arm in order)):
                     for arm in order:
                         if i < arm[key]:
-                            self._request(targets[arm["id"]], arm, prompt, phase,
-                                          self._next_index(arm["id"], phase), arm[key],
-                                          group=None, block=block)
+                            self._request(targets[arm["id"]], arm, prompt, phase, i,
+                                          arm[key], group=None, block=block)
             for arm in order:
                 self._stop(targets[arm["id"]])
                 self._event("arm_end", arm)

@@ -107,3 +107,13 @@ def build(root: Path, values: dict | None = None, *, protocol: dict | None = Non
         return writer.path
     final, _ = writer.seal()
     return final
+
+
+SEQUENTIAL_KEYS = ("sequential", "max_rounds", "max_seconds")
+
+
+def fixed_n_text(text: str) -> str:
+    """A bundled protocol's TOML with its sequential budget lines removed: the fixed-N bracket
+    the runner, schedule and fault tests exercise (the bundled CPU protocols are sequential)."""
+    return "\n".join(line for line in text.splitlines()
+                     if not line.split("=")[0].strip() in SEQUENTIAL_KEYS) + "\n"

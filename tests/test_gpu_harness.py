@@ -3,6 +3,8 @@ environment record (a fake nvidia-smi script first on PATH, run as a real subpro
 GPU protocol, and an engine that cannot start on cuda failing its arm by name."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import json
 import os
 import shutil
@@ -132,8 +134,9 @@ def test_missing_nvidia_smi(no_smi):
 
 def protocol_text(device: str | None, *, base: str = "exact-bands-quick", extra: str = "") -> str:
     text = (protocol.bundled_dir() / f"{base}.toml").read_text()
-    if extra.startswith("schedule"):  # replace the bundled protocol's own schedule line
-        text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("schedule"))
+    if extra.startswith("schedule"):  # replace the own schedule line; fixed-N: no budget either
+        text = "".join(ln for ln in fixed_n_text(text).splitlines(keepends=True)
+                       if not ln.startswith("schedule"))
     line = f'device = "{device}"\n' if device is not None else ""
     return text.replace('[target]\nkind = "embedded"\n', f'[target]\nkind = "embedded"\n{line}'
                         ).replace("schema_version = 1\n", f"schema_version = 1\n{extra}")
@@ -168,7 +171,7 @@ def test_bad_device_is_one_line_naming_file_field_expected_found(tmp_path, value
 
 
 def test_device_on_targets_that_take_it(tmp_path):
-    quick = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    quick = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     head, rest = quick.split("[target]\n", 1)
     command = (head + '[target]\nkind = "command"\ncommand = ["my-engine", "--gpu"]\n'
                'device = "cuda"\n\n[measure]' + rest.split("[measure]", 1)[1])

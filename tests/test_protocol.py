@@ -1,6 +1,8 @@
 """Protocol loading: bundled protocols resolve; bad files give one precise line and exit 2."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import subprocess
 import sys
 from pathlib import Path
@@ -275,7 +277,7 @@ def test_fuzzed_protocol_text_never_crashes(tmp_path_factory, text):
 def test_trailing_newline_never_passes_an_anchored_pattern(tmp_path):
     # re.match with "...$" accepts "x\n" ("$" matches before a final newline): names, arm ids
     # and env names must be refused whole, and a key with a newline is quoted on one line.
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     for old, new, field in (('name = "exact-bands-quick"', 'name = "quick\\n"', "name"),
                             ('id = "cand"', 'id = "cand\\n"', "arms[1].id"),
                             ('[target]\n', '[target]\n"0\\n" = 1\n', 'target."0\\n"')):

@@ -3,6 +3,8 @@ version 2 (block drift, Wilcoxon), and ABBA / randomized / interleaved runs on d
 seal and verify (issue 8, acceptance 3)."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import hashlib
 import json
 import subprocess
@@ -22,7 +24,7 @@ LIMIT_S = 300  # only stops a hung test; nothing is timed
 
 def quick_with(tmp_path: Path, schedule_line: str) -> Path:
     """exact-bands-quick with its schedule line (interleaved) replaced by `schedule_line`."""
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     assert text.count('\nschedule = "interleaved"\n') == 1
     text = text.replace('\nschedule = "interleaved"\n', f"\n{schedule_line}\n")
     path = tmp_path / "quick.toml"

@@ -1,9 +1,11 @@
 """Benchmark (not a test): how often the sequential verdict is right, and how fast, on real
 brackets with true effects injected (issue 22, acceptance 1-4).
 
-Each bracket runs blocks until the sequential rule (harness/sequential.py) decides or the
-budget is spent. A block is one fresh worker process per arm, the arms' order shuffled per
-block, `--warmups` warm-up and `--rounds` measured interleaved rounds inside it. Rows:
+Each bracket is the protocol's own sequential run (the runner's block loop and analysis, as
+`dflash-qualify run` does, without writing evidence): blocks of one fresh worker process per
+arm, the arms' order shuffled per block, the protocol's warm-up and measured rounds
+interleaved inside, until the rule (harness/sequential.py) decides or the budget is spent.
+Rows:
 
 - `0%`: A/A, every arm the reference configuration (false qualification: acceptance 1);
 - `S%`: the A/A arms with a real TEST ONLY prefill slowdown of S% on both reference arms
@@ -18,8 +20,8 @@ verdict. `--simulate MODEL` replaces the real blocks by harness/noise_model.py b
 (instant; the model names are noise_model.MODELS), to check the bench and the rule.
 
     python bench/harness/verdict_power.py [--protocol exact-bands-quick] [--rows 0,5.5]
-        [--brackets 20] [--max-blocks 60] [--max-seconds 120] [--rounds 3] [--warmups 1]
-        [--json OUT.json] [--simulate shared-vm]
+        [--brackets 20] [--max-blocks N] [--max-seconds S] [--time-limit S] [--json OUT.json]
+        [--simulate shared-vm]
 
 Nothing is written to evidence/; --json saves every bracket's blocks and looks.
 Results: docs/verdicts.md (with the exact commands, counts and machine).
@@ -31,7 +33,6 @@ import copy
 import hashlib
 import json
 import math
-import random
 import statistics
 import sys
 import time
@@ -40,25 +41,28 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN
-from dflash_qualify.harness import noise_model, sequential
+from dflash_qualify.harness import analysis, noise_model, sequential
 from dflash_qualify.harness import protocol as protocol_mod
 from dflash_qualify.harness.runner import Runner
 
 
 class MemoryWriter:
-    """What the Runner writes, kept in memory (response hashes only; logs dropped)."""
+    """What the Runner writes, kept in memory (responses by SHA-256; logs dropped)."""
 
     def __init__(self) -> None:
         self.path = None
+        self.responses: dict[str, bytes] = {}
 
     def append_jsonl(self, rel: str, record: dict) -> None:
-        pass
+        pass  # the runner keeps its samples and looks
 
     def write_text(self, rel: str, text: str) -> None:
         pass
 
     def store_response(self, data: bytes) -> str:
-        return hashlib.sha256(data).hexdigest()
+        sha = hashlib.sha256(data).hexdigest()
+        self.responses[sha] = data
+        return sha
 
 
 @dataclass(frozen=True)
@@ -98,63 +102,32 @@ def effect_protocol(aa: dict, slowdown_pct: float) -> dict:
     return out
 
 
-def real_block(protocol: dict, *, warmups: int, rounds: int, rng: random.Random,
-               writer: MemoryWriter) -> tuple[sequential.BlockStat, bool]:
-    """One block: fresh workers, shuffled arm order, interleaved rounds.
-
-    Returns (the block statistic, whether every response of the block was identical)."""
-    q = copy.deepcopy(protocol)
-    order = list(q["schedule"])
-    rng.shuffle(order)
-    q["schedule"] = order
-    q["schedule_plan"] = {"kind": "interleaved", "seed": None, "rounds": 1}
-    for arm in q["arms"]:
-        arm["warmups"], arm["measured"] = warmups, rounds
-    samples = Runner(q, writer).run()
-    by_arm: dict[str, list[float]] = {}
-    shas = set()
-    for s in samples:
-        shas.add(s["response_sha256"])
-        if s["phase"] == "measured":
-            by_arm.setdefault(s["arm"], []).append(s["value"])
-    refs = [a["id"] for a in q["arms"] if a["role"] == "reference"]
-    cand = next(a["id"] for a in q["arms"] if a["role"] == "candidate")
-    stat = sequential.block_stat(0, by_arm[refs[0]], by_arm[cand], by_arm[refs[-1]],
-                                 "lower" if q["metric"].endswith("_ms") else "higher")
-    return stat, len(shas) == 1
-
-
-def run_bracket(row: str, protocol: dict | None, args, rng: random.Random,
-                sim: tuple[np.ndarray, np.ndarray] | None, gate: dict) -> Bracket:
-    """Blocks until decided or the budget is spent (real, or one simulated bracket)."""
+def run_bracket(row: str, protocol: dict, args, sim: tuple[np.ndarray, np.ndarray] | None,
+                gate: dict) -> Bracket:
+    """One sequential bracket: the real runner's block loop (harness.runner._run_blocks, the
+    code `dflash-qualify run` uses) and analysis.compute's verdict; or one simulated bracket."""
     t0 = time.monotonic()
-    blocks: list[sequential.BlockStat] = []
-    identical = True
-    writer = MemoryWriter()
-    verdict = None
     if sim is not None:  # the whole simulated sequence at once; decide() stops at the decision
         r, d = sim
         blocks = [sequential.BlockStat(i, 1.0, math.exp(r[i]), math.exp(-d[i]), r[i], d[i])
                   for i in range(min(args.max_blocks, r.size))]
         verdict = sequential.decide(blocks, **gate_args(gate))
-        blocks = blocks[:verdict.decided_at or len(blocks)]
-    while sim is None:
-        stat, same = real_block(protocol, warmups=args.warmups, rounds=args.rounds, rng=rng,
-                                writer=writer)
-        blocks.append(sequential.BlockStat(len(blocks), stat.reference_a, stat.candidate,
-                                           stat.reference_b, stat.r, stat.drift))
-        identical = identical and same
-        verdict = sequential.decide(blocks, **gate_args(gate))
-        if (verdict.decided_at is not None or len(blocks) >= args.max_blocks
-                or time.monotonic() - t0 >= args.max_seconds):
-            break
-    last = verdict.looks[-1]
-    decision, reason = verdict.decision, verdict.reason
-    if not identical:
-        decision, reason = sequential.NOT_QUALIFIED, "outputs_differ"
-    return Bracket(row, decision, reason, len(blocks), round(time.monotonic() - t0, 3),
-                   identical, last.gain_pct, last.lo_pct, last.hi_pct,
-                   tuple(b.r for b in blocks))
+        last = verdict.looks[-1]
+        return Bracket(row, verdict.decision, verdict.reason, len(verdict.looks),
+                       round(time.monotonic() - t0, 3), True, last.gain_pct, last.lo_pct,
+                       last.hi_pct, tuple(b.r for b in blocks[:len(verdict.looks)]))
+    writer = MemoryWriter()
+    runner = Runner(protocol, writer)
+    samples = runner.run()
+    stats = analysis.compute(protocol, samples, writer.responses.__getitem__)
+    seq, v = stats["sequential"], stats["verdict"]
+    last = seq["looks"][-1]
+    reason = seq["reason"] if v["decision"] != sequential.NOT_QUALIFIED or not v["reasons"] \
+        else ",".join(v["reasons"])
+    return Bracket(row, v["decision"], reason, len(seq["looks"]),
+                   float(runner.looks[-1]["elapsed_s"]), stats["responses"]["identical"] is True,
+                   last["gain_pct"], last["lo_pct"], last["hi_pct"],
+                   tuple(b["r"] for b in seq["blocks"]))
 
 
 def gate_args(gate: dict) -> dict:
@@ -189,36 +162,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", default="exact-bands-quick")
     ap.add_argument("--rows", default="0,5.5", help="comma list of injected gains %% and/or 'default'")
     ap.add_argument("--brackets", type=int, default=20, help="brackets per row")
-    ap.add_argument("--max-blocks", type=int, default=60)
-    ap.add_argument("--max-seconds", type=float, default=120.0)
-    ap.add_argument("--rounds", type=int, default=3, help="measured interleaved rounds per block")
-    ap.add_argument("--warmups", type=int, default=1, help="warm-up rounds per block")
-    ap.add_argument("--min-gain", type=float, default=None, help="override the protocol's min_gain_pct")
-    ap.add_argument("--confidence", type=float, default=None)
+    ap.add_argument("--max-blocks", type=int, default=None,
+                    help="budget in blocks (default: the protocol's max_rounds / measured)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="time budget (default: the protocol's max_seconds)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="start no new round of brackets after this many seconds (rows stay alternated)")
     ap.add_argument("--simulate", default=None, choices=sorted(noise_model.MODELS))
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args(argv)
 
     loaded = protocol_mod.load(args.protocol)
-    resolved = loaded.resolved
+    resolved = copy.deepcopy(loaded.resolved)
+    if not resolved.get("sequential"):
+        ap.error(f"protocol {resolved['name']} is not sequential ([measure] sequential = true)")
+    per_block = max(a["measured"] for a in resolved["arms"])
+    if args.max_blocks is not None:
+        resolved["sequential"]["max_rounds"] = args.max_blocks * per_block
+    if args.max_seconds is not None:
+        resolved["sequential"]["max_seconds"] = args.max_seconds
+    args.max_blocks = resolved["sequential"]["max_rounds"] // per_block
+    args.rounds = per_block
     g = resolved["gate"]
-    gate = {"direction": "lower" if resolved["metric"].endswith("_ms") else "higher",
-            "confidence": args.confidence if args.confidence is not None else g["confidence"],
-            "min_gain_pct": args.min_gain if args.min_gain is not None else g["min_gain_pct"],
-            "max_drift_pct": g["max_drift_pct"]}
+    gate = {"direction": resolved["direction"], "confidence": g["confidence"],
+            "min_gain_pct": g["min_gain_pct"], "max_drift_pct": g["max_drift_pct"]}
     rows = [x.strip() for x in args.rows.split(",") if x.strip()]
     aa = aa_protocol(resolved)
     protocols = {row: (resolved if row == "default" else
                        aa if float(row) == 0 else effect_protocol(aa, float(row))) for row in rows}
-    rng = random.Random(args.seed)
     results: list[Bracket] = []
     t0 = time.monotonic()
     print(f"protocol {resolved['name']} ({resolved['target'].get('model')}), rows {rows}, "
-          f"{args.brackets} brackets each, budget {args.max_blocks} blocks / {args.max_seconds:g} s, "
-          f"{args.warmups}+{args.rounds} rounds per block, gate {gate}"
+          f"{args.brackets} brackets each, budget {args.max_blocks} blocks / "
+          f"{resolved['sequential']['max_seconds']:g} s, {args.rounds} measured rounds per block, "
+          f"gate {gate}"
           + (f", SIMULATED ({args.simulate})" if args.simulate else ""), flush=True)
     for k in range(args.brackets):
+        if args.time_limit is not None and time.monotonic() - t0 >= args.time_limit:
+            print(f"time limit {args.time_limit:g} s reached after {k} brackets per row", flush=True)
+            break
         for j, row in enumerate(rows):
             sim = None
             if args.simulate:
@@ -227,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                     noise_model.MODELS[args.simulate], sims=1, blocks=args.max_blocks,
                     rounds=args.rounds, gain_pct=gain, seed=args.seed * 1_000_003 + k * 101 + j)
                 sim = (sim_r[0], sim_d[0])
-            b = run_bracket(row, protocols[row], args, rng, sim, gate)
+            b = run_bracket(row, protocols[row], args, sim, gate)
             results.append(b)
             print(f"[{time.monotonic() - t0:7.0f}s] bracket {k + 1}/{args.brackets} row {row}: "
                   f"{b.decision} ({b.reason}) after {b.blocks} blocks, {b.seconds:.1f} s, gain "

@@ -44,9 +44,7 @@ class ProgressView:
     def __call__(self, e: Event) -> None:
         unit = UNITS.get(e.metric, "")
         key = e.arm
-        if self.sequential:
-            if e.kind != "look":
-                return
+        if e.kind == "look":  # sequential: one line per block (the look), then the next block
             if self.progress is not None:
                 if "look" not in self.tasks:
                     self.tasks["look"] = self.progress.add_task("", total=None, arm="blocks",
@@ -54,6 +52,15 @@ class ProgressView:
                 self.progress.update(self.tasks["look"], completed=e.index, status=e.label)
             else:
                 self.console.print(e.label, highlight=False)
+            return
+        if self.sequential and e.kind == "arm_start":  # every block starts fresh workers
+            if self.progress is not None:
+                if key in self.tasks:
+                    self.progress.update(self.tasks[key], completed=0, total=None,
+                                         status="starting worker")
+                else:
+                    self.tasks[key] = self.progress.add_task("", total=None, arm=e.label,
+                                                             status="starting worker")
             return
         if e.kind == "arm_start":
             if self.progress is not None:
