@@ -5,7 +5,7 @@ from .engine import Engine, build_info, cuda_unavailable_reason
 from .errors import EngineError
 from .options import ENV_BANDS, ENV_MMVQ
 from .results import GenerateResult, PrefillResult
-from .scheduler import schedule, schedule_approximate
+from .band_schedule import schedule, schedule_approximate
 from .session import Session
 from .tokenizer import BOS, EOS, VOCAB, detokenize, tokenize
 

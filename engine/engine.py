@@ -126,7 +126,7 @@ class Engine:
         return resolve(call=call, ctor=self._defaults)
 
     def session(self) -> Session:
-        return Session(self)
+        return Session(self._new_core_session(), self._plan, self.config)
 
     def prefill(self, tokens: Any, *, chunk: int | None = None, bands: bool | None = None,
                 mmvq_max_ncols: int | None = None, mode: str = "exact") -> PrefillResult:

@@ -1,7 +1,7 @@
 """Session: explicit, inspectable engine state (prefill, decode, snapshot/restore, state dump)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -10,16 +10,19 @@ from .options import APPROX_WIDTH, PrefillPlan
 from .results import PrefillResult
 from .tokenizer import as_token_array
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-
 class Session:
-    """One sequence over an Engine's model. Create with Engine.session()."""
+    """One sequence over an Engine's model. Create with Engine.session().
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._core = engine._new_core_session()
+    Args (given by Engine.session):
+        core: the C++ session over the engine's model (_core.Session or _core.GpuSession).
+        plan: resolves one call's prefill arguments against the engine's defaults.
+        config: the model config (vocab, ctx, ...).
+    """
+
+    def __init__(self, core: Any, plan: Callable[..., PrefillPlan], config: Mapping[str, Any]) -> None:
+        self._core = core
+        self._plan = plan
+        self._config = config
 
     @property
     def pos(self) -> int:
@@ -29,12 +32,12 @@ class Session:
     def prefill(self, tokens: Any, *, chunk: int | None = None, bands: bool | None = None,
                 mmvq_max_ncols: int | None = None, mode: str = "exact") -> PrefillResult:
         """Append `tokens` to this session (same options and result as Engine.prefill)."""
-        plan = self._engine._plan(chunk=chunk, bands=bands, mmvq_max_ncols=mmvq_max_ncols, mode=mode)
-        arr = as_token_array(tokens, vocab=self._engine.config["vocab"])
+        plan = self._plan(chunk=chunk, bands=bands, mmvq_max_ncols=mmvq_max_ncols, mode=mode)
+        arr = as_token_array(tokens, vocab=self._config["vocab"])
         return self._prefill_array(arr, plan)
 
     def _prefill_array(self, arr: np.ndarray, plan: PrefillPlan) -> PrefillResult:
-        ctx = self._engine.config["ctx"]
+        ctx = self._config["ctx"]
         if self.pos + arr.size > ctx:
             raise EngineError(f"prompt too long: {self.pos} cached + {arr.size} new tokens exceeds the "
                               f"context of {ctx} tokens")
@@ -64,7 +67,7 @@ class Session:
             raise EngineError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
         # no session decodes past its context, so a larger budget means "to the end" (and a
         # Python int beyond C++ int range would otherwise escape as a TypeError)
-        max_tokens = min(max_tokens, self._engine.config["ctx"])
+        max_tokens = min(max_tokens, self._config["ctx"])
         try:
             return self._core.decode(max_tokens)
         except ValueError as exc:

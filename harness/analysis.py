@@ -12,8 +12,8 @@ import math
 import re
 from typing import Callable
 
-from . import exactness, sequential, stats
-from . import schedule as schedule_mod
+from . import identity, sequential, stats
+from . import bracket_order
 from .errors import UsageError
 
 STATS_SCHEMA = "dflash-qualify.stats"
@@ -161,9 +161,9 @@ def check_protocol(protocol: object) -> dict:
     decimals = report.get("decimals", DEFAULT_DECIMALS)
     if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
         raise _bad("report.decimals", "an integer 0..12", decimals)
-    plan = protocol.get("schedule_plan", schedule_mod.DEFAULT)
-    if not isinstance(plan, dict) or plan.get("kind") not in schedule_mod.KINDS:
-        raise _bad("schedule_plan", "a table whose kind is one of " + ", ".join(schedule_mod.KINDS),
+    plan = protocol.get("schedule_plan", bracket_order.DEFAULT)
+    if not isinstance(plan, dict) or plan.get("kind") not in bracket_order.KINDS:
+        raise _bad("schedule_plan", "a table whose kind is one of " + ", ".join(bracket_order.KINDS),
                    plan)
     seq = protocol.get("sequential")
     if seq is not None and not (isinstance(seq, dict) and kind == "bracket"
@@ -212,7 +212,7 @@ def check_samples(samples: object, view: dict) -> list[dict]:
     return samples
 
 
-def _measured(samples: list[dict], arm: str, group) -> list[float]:
+def measured_values(samples: list[dict], arm: str, group) -> list[float]:
     return [float(s["value"]) for s in sorted(samples, key=lambda s: s.get("seq", 0))
             if s["arm"] == arm and s.get("group") == group and s["phase"] == "measured"
             and s.get("ok", True)]
@@ -227,14 +227,14 @@ def _measured_records(samples: list[dict], group) -> list[dict]:
             if s.get("group") == group and s["phase"] == "measured" and s.get("ok", True)]
 
 
-def _reference_units(view: dict, samples: list[dict], group) -> list[tuple[int | None, str, list[float]]]:
+def reference_units(view: dict, samples: list[dict], group) -> list[tuple[int | None, str, list[float]]]:
     """Reference values in drift units: (block, arm, values) per reference block of a sequential
     schedule in executed order, or per reference arm (interleaved, or samples without blocks)."""
     records = [s for s in _measured_records(samples, group) if s["arm"] in view["references"]]
-    by_block = view["schedule_kind"] in schedule_mod.SEQUENTIAL and records \
+    by_block = view["schedule_kind"] in bracket_order.SEQUENTIAL and records \
         and all(s.get("block") is not None for s in records)
     if not by_block:
-        return [(None, a, _measured(samples, a, group)) for a in view["references"]]
+        return [(None, a, measured_values(samples, a, group)) for a in view["references"]]
     units: dict[int, tuple[int, str, list[float]]] = {}
     for s in records:
         units.setdefault(s["block"], (s["block"], s["arm"], []))[2].append(float(s["value"]))
@@ -295,12 +295,12 @@ def _paired_json(view: dict, samples: list[dict], group) -> dict:
 def _comparison_json(view: dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
     gate = view["gate"]
     if version >= 2:
-        units = _reference_units(view, samples, group)
+        units = reference_units(view, samples, group)
         ref_arms = [u[2] for u in units]
     else:
         units = None
-        ref_arms = [_measured(samples, a, group) for a in view["references"]]
-    cand = _measured(samples, view["candidate"], group)
+        ref_arms = [measured_values(samples, a, group) for a in view["references"]]
+    cand = measured_values(samples, view["candidate"], group)
     c = stats.compare(ref_arms, cand, view["direction"], confidence=gate["confidence"],
                       resamples=gate["bootstrap_resamples"], seed=gate["seed"])
     drift_reason = c.drift_reason
@@ -345,7 +345,7 @@ def _comparison_v1(view: dict, c: stats.Comparison, group, drift_reason) -> dict
     }
 
 
-def _requests_json(samples: list[dict]) -> dict:
+def requests_json(samples: list[dict]) -> dict:
     recorded = [s.get("cache_hits") for s in samples if s.get("cache_hits") is not None]
     return {"total": len(samples),
             "measured": sum(1 for s in samples if s["phase"] == "measured"),
@@ -372,15 +372,12 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     """
     if version not in SUPPORTED_VERSIONS:
         raise _bad("version", f"one of {list(SUPPORTED_VERSIONS)}", version, "stats.json")
-    from . import calibration  # calibrate evidence: noise floor, false-alarm rate, power
-    if calibration.is_calibration(protocol):
-        return calibration.compute(protocol, samples, response_bytes, version=version)
     view = check_protocol(protocol)
     check_samples(samples, view)
     arms = []
     for group in view["groups"]:
         for arm_id in [*view["references"][:1], view["candidate"], *view["references"][1:]]:
-            values = _measured(samples, arm_id, group)
+            values = measured_values(samples, arm_id, group)
             s = stats.summarize(values)
             arms.append({"id": arm_id, "label": view["arms"][arm_id]["label"],
                          "role": view["arms"][arm_id]["role"], "group": group,
@@ -395,8 +392,8 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
         "decimals": view["decimals"], "methods": METHODS if version < 2 else METHODS_V2,
         "arms": arms,
         "comparisons": [_comparison_json(view, samples, g, version) for g in view["groups"]],
-        "responses": exactness.check(samples, set(view["references"]), response_bytes),
-        "requests": _requests_json(samples),
+        "responses": identity.check(samples, set(view["references"]), response_bytes),
+        "requests": requests_json(samples),
         "gate": view["gate"],
     }
     if version >= 3 and view["sequential"] is not None:
@@ -478,13 +475,13 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}%"
 
 
-def _cond(name: str, group, passed: bool, reason: str | None, message: str) -> dict:
+def condition(name: str, group, passed: bool, reason: str | None, message: str) -> dict:
     return {"name": name, "group": group, "passed": passed, "reason": None if passed else reason,
             "message": message}
 
 
 def describe_mismatch(m: dict) -> str:
-    """One sentence naming the first differing request and byte (from exactness.check output)."""
+    """One sentence naming the first differing request and byte (from identity.check output)."""
     r, ref = m["request"], m["reference"]
     where = f"{r['arm']} {r['phase']} #{r['index']} (seq {r['seq']})"
     against = f"{ref['arm']} {ref['phase']} #{ref['index']} (seq {ref['seq']})"
@@ -520,20 +517,20 @@ def verdict(result: dict, gate: dict) -> dict:
     resp = result["responses"]
     if gate["require_identical"]:
         if resp["identical"] is True:
-            conds.append(_cond("responses_identical", None, True, None,
+            conds.append(condition("responses_identical", None, True, None,
                                f"all {resp['hashed']} hashed responses are identical per prompt"))
         elif resp["identical"] is None:
-            conds.append(_cond("responses_identical", None, False, "responses_unhashed",
+            conds.append(condition("responses_identical", None, False, "responses_unhashed",
                                "no request carried a response SHA-256, so identical output is unproven"))
         else:
-            conds.append(_cond("responses_identical", None, False, "responses_differ",
+            conds.append(condition("responses_identical", None, False, "responses_differ",
                                f"{resp['mismatches']} request(s) differ: "
                                + describe_mismatch(resp["first_mismatch"])))
     req = result["requests"]
-    conds.append(_cond("requests_ok", None, req["failed"] == 0, "failed_requests",
+    conds.append(condition("requests_ok", None, req["failed"] == 0, "failed_requests",
                        f"{req['failed']} of {req['total']} requests failed"))
     if req["cache_recorded"]:
-        conds.append(_cond("cache_cold", None, req["cache_hit_requests"] == 0, "cache_hit",
+        conds.append(condition("cache_cold", None, req["cache_hit_requests"] == 0, "cache_hit",
                            f"{req['cache_hit_requests']} of {req['cache_recorded']} requests hit a cache"))
     seq = result.get("sequential")
     if seq is not None:
@@ -568,7 +565,7 @@ def _sequential_condition(result: dict, gate: dict) -> dict:
              f"[{_pct(look['lo_pct'])}, {_pct(look['hi_pct'])}]")
     g = _pct(seq["min_gain_pct"])
     if seq["decision"] == sequential.QUALIFIED:
-        return _cond("sequential_bound", None, True, None, f"{bound}: the lower bound clears {g}")
+        return condition("sequential_bound", None, True, None, f"{bound}: the lower bound clears {g}")
     if seq["reason"] == sequential.REASON_BELOW:
         msg = f"{bound}: the upper bound is below {g}"
     elif seq["reason"] == sequential.REASON_DRIFT:
@@ -580,7 +577,7 @@ def _sequential_condition(result: dict, gate: dict) -> dict:
         likely = (f"about {proj['blocks']} blocks would likely decide it ({proj['decision']})"
                   if proj.get("blocks") else proj.get("reason") or "no projection")
         msg = f"INCONCLUSIVE: {bound} still contains {g} when the budget ran out: {likely}"
-    return _cond("sequential_bound", None, False, seq["reason"], msg)
+    return condition("sequential_bound", None, False, seq["reason"], msg)
 
 
 def _comparison_conditions(comp: dict, gate: dict, kind: str, gain_name: str) -> list[dict]:
@@ -589,40 +586,40 @@ def _comparison_conditions(comp: dict, gate: dict, kind: str, gain_name: str) ->
     gain, ci = comp["gain_pct"], comp["ci"]
     conds = []
     if ci["low"] is None:
-        conds.append(_cond("ci_excludes_zero", g, False, "ci_unavailable",
+        conds.append(condition("ci_excludes_zero", g, False, "ci_unavailable",
                            f"no confidence interval{tag}: {ci['reason']}"))
     else:
         span = f"{ci['confidence'] * 100:g}% CI [{_pct(ci['low'])}, {_pct(ci['high'])}]{tag}"
         if ci["low"] > 0:
-            conds.append(_cond("ci_excludes_zero", g, True, None, f"{span} lies above zero"))
+            conds.append(condition("ci_excludes_zero", g, True, None, f"{span} lies above zero"))
         elif ci["high"] < 0:
-            conds.append(_cond("ci_excludes_zero", g, False, "ci_below_zero",
+            conds.append(condition("ci_excludes_zero", g, False, "ci_below_zero",
                                f"{span} lies below zero: the candidate is slower"))
         else:
-            conds.append(_cond("ci_excludes_zero", g, False, "ci_includes_zero",
+            conds.append(condition("ci_excludes_zero", g, False, "ci_includes_zero",
                                f"{span} includes zero"))
     if gain is None:
-        conds.append(_cond("gain_meets_min", g, False, "gain_unavailable",
+        conds.append(condition("gain_meets_min", g, False, "gain_unavailable",
                            f"no {gain_name}{tag}: {comp['gain_reason']}"))
     else:
         ok = gain >= gate["min_gain_pct"]
-        conds.append(_cond("gain_meets_min", g, ok, "gain_below_min",
+        conds.append(condition("gain_meets_min", g, ok, "gain_below_min",
                            f"{gain_name} {_pct(gain)}{tag} {'reaches' if ok else 'is below'} "
                            f"the minimum {_pct(gate['min_gain_pct'])}"))
     if kind != "bracket":
         return conds
     drift = comp["drift_pct"]
     if drift is None:
-        conds.append(_cond("drift_below_max", g, False, "drift_unavailable",
+        conds.append(condition("drift_below_max", g, False, "drift_unavailable",
                            f"no bracket drift: {comp['drift_reason']}"))
         return conds
     ok = drift < gate["max_drift_pct"]
-    conds.append(_cond("drift_below_max", g, ok, "drift_above_max",
+    conds.append(condition("drift_below_max", g, ok, "drift_above_max",
                        f"bracket drift {_pct(drift)} is {'below' if ok else 'not below'} "
                        f"the maximum {_pct(gate['max_drift_pct'])}"))
     half = None if gain is None else gain / 2
     ok = half is not None and drift < half
-    conds.append(_cond("drift_below_half_gain", g, ok, "drift_above_half_gain",
+    conds.append(condition("drift_below_half_gain", g, ok, "drift_above_half_gain",
                        f"bracket drift {_pct(drift)} is {'below' if ok else 'not below'} "
                        f"half the gain ({_pct(half)})"))
     return conds

@@ -1,8 +1,9 @@
 """Environment capture for evidence (host, CPU, OS, Python, packages, git, env) with secret redaction.
 
 Anything whose variable name looks like a token, key, secret, password or credential is
-recorded as "<redacted>", and its value is scrubbed from the protocol bytes we store, so a
-secret never reaches an evidence file. Capture is best effort: a fact that cannot be read is
+recorded as "<redacted>"; `secret_values` lists those values, and the evidence writer
+(harness/evidence/writer.py) scrubs them from every byte it writes, so a secret never reaches
+an evidence file. Capture is best effort: a fact that cannot be read is
 recorded as null, never an error.
 """
 from __future__ import annotations

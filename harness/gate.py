@@ -1,44 +1,23 @@
-"""Gate: re-decide a sealed run's verdict with overridden thresholds; JUnit and step-summary text.
+"""Gate: re-decide sealed evidence's verdict with overridden thresholds (through its kind);
+JUnit and step-summary text.
 
 Pure: dicts in, dicts/text out. The CLI (cli/gate.py) verifies, loads, writes files and exits.
 """
 from __future__ import annotations
 
-import copy
-
-from . import analysis
+from . import kinds
 from .errors import UsageError
 from .reports.junit import render_junit
 
 
-def thresholds(stats: dict, *, min_gain_pct: float | None = None,
-               max_drift_pct: float | None = None) -> dict:
-    """The run's gate table with command-line overrides applied (None keeps the stored value)."""
-    gate = dict(stats["gate"])
-    if min_gain_pct is not None:
-        gate["min_gain_pct"] = float(min_gain_pct)
-    if max_drift_pct is not None:
-        gate["max_drift_pct"] = float(max_drift_pct)
-    return analysis.check_gate(gate, file="gate", prefix="gate")
-
-
 def decide(stats: dict, *, min_gain_pct: float | None = None,
            max_drift_pct: float | None = None) -> dict:
-    """stats.json with its gate and verdict recomputed under overridden thresholds (a new dict).
-
-    Calibrate evidence carries its own verdict (is the gate sound?): it is returned as is,
-    and gain/drift overrides are a usage error there."""
-    if stats.get("kind") == "calibration":
-        if min_gain_pct is not None or max_drift_pct is not None:
-            raise UsageError("calibration evidence has no gain or drift verdict to re-decide; "
-                             "re-run calibrate with the protocol's new gate instead",
-                             field="--min-gain/--max-drift")
-        return copy.deepcopy(stats)
-    gate = thresholds(stats, min_gain_pct=min_gain_pct, max_drift_pct=max_drift_pct)
-    out = copy.deepcopy(stats)
-    out["gate"] = gate
-    out["verdict"] = analysis.verdict(out, gate)
-    return out
+    """stats.json with its verdict re-decided under overridden thresholds (a new dict), by the
+    kind that wrote it (harness.kinds: Kind.decide; its stats carry the kind's name)."""
+    kind = kinds.lookup(str(stats.get("kind")))
+    if kind.decide is None:
+        raise UsageError(f"{kind.what} evidence has no gate verdict to re-decide", field="kind")
+    return kind.decide(stats, min_gain_pct, max_drift_pct)
 
 
 def summary_line(name: str, verdict: dict) -> str:

@@ -1,27 +1,24 @@
-"""The runner: drive a resolved protocol's arms through targets and record raw evidence.
+"""The request loop: drive a resolved protocol's arms through targets and record raw samples.
 
-`Runner` owns the request loop (bracket: one fresh target per arm in schedule order;
-compare: one fresh target per arm kept alive while groups run interleaved main/PR) and turns
-each response into a samples.jsonl record as it arrives. `qualify` is the whole `run` flow:
-evidence directory, environment, runner, analysis, report, seal. Failures and interrupts mark
-the directory incomplete, stop every worker and raise RunFailed; nothing here prints.
+`Runner` owns the loop (sequential schedules: one fresh target per visit in bracket order;
+interleaved and compare: one fresh target per arm kept alive while rounds alternate) and turns
+each response into a samples.jsonl record as it arrives, through the evidence writer it is
+given. It knows no evidence kind: the kinds (harness/kinds) run it inside the one sealing path
+(harness/evidence/sealing.py), which kills and reaps its workers on failure. Nothing here prints.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
-import signal
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
-from . import environment, gpu, schedule, sequential
-from .errors import QualifyError, RunFailed
+from . import bracket_order, environment, gpu, sequential
+from .errors import RunFailed
 from .targets import Request, Response, Target, TargetError, make_target
 
 MakeTarget = Callable[[dict, dict], Target]
@@ -41,10 +38,6 @@ class Event:
     median: float | None = None  # running median of the arm's measured values
     group: str | None = None
     metric: str = ""
-
-
-class Interrupted(BaseException):
-    """The harness received SIGINT/SIGTERM; carries the signal name."""
 
 
 def metric_value(metric: str, r: Response) -> float:
@@ -82,10 +75,8 @@ class Runner:
 
     def __init__(self, protocol: dict[str, Any], writer: Any,
                  make_target: MakeTarget = make_target,
-                 on_event: Callable[[Event], None] | None = None,
-                 secrets: list[str] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None) -> None:
         self.protocol = protocol
-        self.secrets = list(secrets or [])
         self.writer = writer
         self.make_target = make_target
         self.on_event = on_event or (lambda e: None)
@@ -105,14 +96,14 @@ class Runner:
     def run(self) -> list[dict[str, Any]]:
         """Run the schedule; returns the sample records (also appended to samples.jsonl)."""
         try:
-            if self.protocol.get("sequential"):
+            if self.protocol.get("sequential"):  # blocks of fresh workers until decided
                 self._run_blocks()
-            elif self.protocol["kind"] == "compare":
+            elif self.protocol.get("groups"):  # compare: every prompt a group, arms alternate
                 self._run_interleaved(self.protocol["prompts"], grouped=True)
-            elif schedule.plan_of(self.protocol)["kind"] == "interleaved":
+            elif bracket_order.plan_of(self.protocol)["kind"] == "interleaved":
                 self._run_interleaved(self.protocol["prompts"][:1], grouped=False)
             else:  # ABA, ABBA, randomized: one fresh worker per block
-                for visit in schedule.visits(self.protocol):
+                for visit in bracket_order.visits(self.protocol):
                     self._run_visit(visit)
         except BaseException:
             self.kill_all()  # a failed or interrupted run: no graceful wait, no orphan
@@ -174,9 +165,9 @@ class Runner:
 
     def _save_log(self, target: Target, log: str) -> None:
         name = self._log_names.get(id(target), target.arm_id)
-        self.writer.write_text(f"logs/{name}.log", environment.redact_text(log, self.secrets))
+        self.writer.write_text(f"logs/{name}.log", log)  # the writer scrubs secrets
 
-    def _run_visit(self, visit: schedule.Visit) -> None:
+    def _run_visit(self, visit: bracket_order.Visit) -> None:
         """One block of a sequential schedule: a fresh worker, W warm-ups, its measured share."""
         arm = self.arms[visit.arm]
         prompt = self.protocol["prompts"][0]
@@ -354,161 +345,3 @@ class Runner:
     def _event(self, kind: str, arm: dict, **kw: Any) -> None:
         self.on_event(Event(kind=kind, arm=arm["id"], label=arm["label"],
                             metric=self.protocol["metric"], **kw))
-
-
-# ---------------------------------------------------------------------- the whole flow
-
-@dataclass(frozen=True)
-class Outcome:
-    """A sealed run: where its evidence is, its id, the verdict and the rendered report."""
-
-    path: Path
-    manifest_sha256: str
-    qualified: bool
-    stats: dict[str, Any]
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Turn SIGTERM (and SIGINT) into Interrupted while a run is in progress."""
-    def handler(signum, frame):
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread: leave signals alone
-            pass
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def qualify(loaded: Any, out_root: str | Path, *, invocation: str,
-            make_target: MakeTarget = make_target,
-            on_event: Callable[[Event], None] | None = None,
-            writer_factory: Callable[[Path, str], Any] | None = None) -> Outcome:
-    """Run a loaded protocol end to end and seal its evidence.
-
-    Args:
-        loaded: a protocol.LoadedProtocol.
-        out_root: evidence root; the directory is <root>/<stamp>-<name>[.partial].
-        invocation: the command line that reproduces the run (recorded in environment.json).
-    Returns:
-        Outcome of the sealed run (qualified or not).
-    Raises:
-        RunFailed: a target failed, a timeout, a cache hit under the cold policy, or an
-            interrupt; the evidence directory stays <name>.partial with INCOMPLETE saying why.
-    """
-    from . import analysis, evidence, reports  # the stats/evidence half of the harness
-
-    protocol = loaded.resolved
-    secrets = environment.secret_values(protocol)
-    create = writer_factory or evidence.EvidenceWriter.create
-    writer = create(Path(out_root), protocol["name"])  # UsageError if the root is unusable
-    partial = str(getattr(writer, "path", out_root))
-    runner = Runner(protocol, writer, make_target, on_event, secrets)
-    env_record: dict[str, Any] = {}
-    with failures_leave_incomplete("run", writer, partial, lambda: runner), _signals_raise():
-        writer.write_json("protocol.json", environment.redact_protocol(protocol))
-        writer.write_bytes("protocol.toml",
-                           environment.redact_bytes(loaded.source_bytes, secrets))
-        env_record = environment.redact_strings(
-            environment.capture(protocol, invocation=invocation), secrets)
-        writer.write_json("environment.json", env_record)
-        samples = runner.run()
-        env_record = environment.redact_strings(
-            environment.finish(env_record, protocol, runner.arm_info), secrets)
-        if protocol.get("exactness"):  # [exactness]: also prove tensor level (exactness_run.py)
-            from .exactness_run import run_linked
-            env_record["exactness"] = run_linked(protocol["exactness"], Path(out_root))
-        writer.write_json("environment.json", env_record)
-        writer.write_text("samples.csv", analysis.samples_csv(samples))
-        store = _response_reader(writer)
-        stats = analysis.compute(protocol, samples, store)
-        writer.write_json("stats.json", stats)
-        writer.write_text("report.md", reports.render_markdown(
-            environment.redact_protocol(protocol), env_record, stats, samples, None))
-        path, manifest_sha = writer.seal()
-    return Outcome(path=Path(path), manifest_sha256=manifest_sha,
-                   qualified=bool(stats["verdict"]["qualified"]), stats=stats)
-
-
-@contextlib.contextmanager
-def failures_leave_incomplete(what: str, writer: Any, partial: str,
-                              current_runner: Callable[[], "Runner | None"]) -> Iterator[None]:
-    """Failure path shared by `run` and `calibrate`: every way out but success kills the
-    workers, marks the evidence incomplete with a named reason and raises RunFailed (exit 3).
-
-    Args:
-        what: "run" or "calibration", used in the user-facing reason.
-        writer: the EvidenceWriter whose .partial directory is left behind.
-        partial: that directory, as named in the error.
-        current_runner: returns the Runner in use at the moment of failure (or None).
-    """
-
-    def abandon(reason: str) -> None:
-        runner = current_runner()
-        if runner is not None:
-            _abandon(runner, writer, reason)
-        else:
-            with contextlib.suppress(Exception):
-                writer.mark_incomplete(reason)
-
-    try:
-        yield
-    except (Interrupted, KeyboardInterrupt) as exc:
-        name = str(exc) if isinstance(exc, Interrupted) else "SIGINT"
-        abandon(f"interrupted: {name}")
-        raise RunFailed(f"interrupted ({name}); evidence left incomplete in {partial}",
-                        evidence_dir=partial) from None
-    except QualifyError as exc:
-        abandon(f"failed: {exc}")
-        raise RunFailed(f"{what} failed: {exc}; evidence left incomplete in {partial}",
-                        evidence_dir=partial) from None
-    except OSError as exc:
-        abandon(f"failed: writing evidence: {exc}")
-        raise RunFailed(f"{what} failed writing evidence: {exc}; evidence left incomplete in "
-                        f"{partial}", evidence_dir=partial) from None
-    except Exception as exc:  # a bug: still never leave a worker behind or a dir looking live
-        abandon(f"failed: internal error {type(exc).__name__}: {exc}")
-        raise
-
-
-def _abandon(runner: Runner, writer: Any, reason: str) -> None:
-    """Failure path: kill and reap every worker, save their logs, mark the directory incomplete."""
-    with _signals_ignored():
-        runner.kill_all()
-        runner.stop_all()
-        with contextlib.suppress(Exception):
-            writer.mark_incomplete(reason)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """A second Ctrl-C while cleaning up must not leave workers behind."""
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):
-            previous[sig] = signal.signal(sig, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _response_reader(writer: Any) -> Callable[[str], bytes]:
-    """sha256 -> the stored response bytes (read back from the evidence being written)."""
-    root = Path(writer.path)
-
-    def read(sha: str) -> bytes:
-        data = (root / "responses" / f"{sha}.bin").read_bytes()
-        if hashlib.sha256(data).hexdigest() != sha:
-            raise RunFailed(f"stored response {sha} does not match its hash")
-        return data
-
-    return read

@@ -1,4 +1,5 @@
-"""Verify an evidence directory: re-hash every file against the manifest, then recompute its statistics.
+"""Verify an evidence directory: re-hash every file against the manifest, then recompute its
+results through its kind (harness.kinds: the required files and the recompute step).
 
 Never raises on hostile input: every finding is a Problem (path + what), and anything
 unexpected becomes one too. Checks follow docs/evidence-format.md and DESIGN.md
@@ -14,12 +15,10 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import analysis
-from .errors import QualifyError
+from . import kinds
 from .evidence import (MANIFEST, MANIFEST_SCHEMA, MANIFEST_VERSION, check_rel_path, dumps_json,
-                       incomplete_reason, parse_json, read_json, read_jsonl, sha256_file)
+                       incomplete_reason, parse_json, sha256_file)
 
-REQUIRED = ("protocol.json", "environment.json", "samples.jsonl", "stats.json")
 MANIFEST_KEYS = {"schema", "version", "created_utc", "tool_version", "files"}
 MANIFEST_MAX_BYTES = 64 << 20  # ~300k entries; a larger manifest.json is not ours
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -121,13 +120,12 @@ def _verify(root: Path, result: VerifyResult) -> None:
                             f"(responses/{digest}.bin)")
     for rel in sorted(set(on_disk) - set(listed) - {MANIFEST}):
         result.add(rel, "extra file (on disk, not listed in manifest.json)")
-    from . import exactness_verify  # kind "exactness": traces and exactness.json, not samples
-    exactness = exactness_verify.is_exactness(root)
-    for rel in (exactness_verify.REQUIRED if exactness else REQUIRED):
+    kind = kinds.of_directory(root)  # the registry: its required files and its recompute
+    for rel in kind.required:
         if rel not in listed and rel not in on_disk:
             result.add(rel, "required file missing")
     if result.ok:  # recompute from files that are exactly what was sealed, never from others
-        (exactness_verify.recompute if exactness else _recompute)(root, result)
+        kind.recompute(root, result)
 
 
 def _scan(root: Path, result: VerifyResult) -> set[str]:
@@ -243,89 +241,3 @@ def _read_manifest(root: Path, result: VerifyResult) -> list[dict] | None:
     if paths != sorted(paths):
         result.add(MANIFEST, "files: entries are not sorted by path")
     return good
-
-
-def _recompute(root: Path, result: VerifyResult) -> None:
-    """Recompute stats.json through analysis.compute and samples.csv from samples.jsonl."""
-    try:
-        protocol = read_json(root, "protocol.json")
-        samples = read_jsonl(root, "samples.jsonl")
-        stored = read_json(root, "stats.json")
-    except QualifyError as exc:
-        result.add("stats.json", f"cannot recompute: {exc}")
-        return
-
-    def response_bytes(sha: str) -> bytes:
-        if not _SHA_RE.fullmatch(str(sha)):
-            raise KeyError(sha)
-        p = root / "responses" / f"{sha}.bin"
-        if os.path.islink(p):
-            raise KeyError(sha)
-        return p.read_bytes()
-
-    version = stored.get("version") if isinstance(stored, dict) else None
-    if version not in analysis.SUPPORTED_VERSIONS or isinstance(version, bool):
-        result.add("stats.json", f"version: expected one of {list(analysis.SUPPORTED_VERSIONS)}, "
-                                 f"got {version!r}")
-        return
-    try:
-        recomputed = analysis.compute(protocol, samples, response_bytes, version=version)
-    except QualifyError as exc:
-        result.add("stats.json", f"cannot recompute: {exc}")
-        return
-    difference = _first_difference(stored, recomputed, "")
-    if difference:
-        result.add("stats.json", f"does not match statistics recomputed from samples.jsonl: {difference}")
-    if version >= 3 and isinstance(protocol, dict) and protocol.get("sequential") is not None:
-        _recompute_looks(root, protocol, samples, result)
-    for s in samples:
-        sha = s.get("response_sha256")
-        if sha and s.get("ok", True) is not False and not os.path.isfile(root / "responses" / f"{sha}.bin"):
-            result.add(f"responses/{sha}.bin", f"missing: response of request seq {s.get('seq')} is not stored")
-            break
-    csv_path = root / "samples.csv"
-    if os.path.lexists(csv_path) and not os.path.islink(csv_path):
-        if csv_path.read_bytes() != analysis.samples_csv(samples).encode("utf-8"):
-            result.add("samples.csv", "does not match samples.jsonl (analysis.samples_csv)")
-
-
-def _recompute_looks(root: Path, protocol: dict, samples: list, result: VerifyResult) -> None:
-    """A sequential bracket's looks.jsonl: the stopping decision must follow from the samples."""
-    try:
-        looks = read_jsonl(root, "looks.jsonl")
-        problems = analysis.check_looks(protocol, samples, looks)
-    except QualifyError as exc:
-        result.add("looks.jsonl", f"cannot recompute: {exc}")
-        return
-    for problem in problems:
-        result.add("looks.jsonl", f"does not follow from samples.jsonl: {problem}")
-
-
-def _first_difference(stored, fresh, where: str) -> str | None:
-    """The first field where two JSON values differ, as 'field: stored X, recomputed Y'."""
-    label = where or "(top level)"
-    if isinstance(stored, dict) and isinstance(fresh, dict):
-        for key in sorted(set(stored) | set(fresh), key=str):
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in stored:
-                return f"{sub}: missing from stats.json"
-            if key not in fresh:
-                return f"{sub}: not produced by recomputation"
-            found = _first_difference(stored[key], fresh[key], sub)
-            if found:
-                return found
-        return None
-    if isinstance(stored, list) and isinstance(fresh, list):
-        if len(stored) != len(fresh):
-            return f"{label}: stored {len(stored)} items, recomputed {len(fresh)}"
-        for i, (a, b) in enumerate(zip(stored, fresh)):
-            found = _first_difference(a, b, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    if type(stored) is not type(fresh) or stored != fresh:
-        if isinstance(stored, (int, float)) and isinstance(fresh, (int, float)) \
-                and not isinstance(stored, bool) and not isinstance(fresh, bool) and stored == fresh:
-            return None
-        return f"{label}: stored {stored!r}, recomputed {fresh!r}"
-    return None

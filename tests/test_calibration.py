@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dflash_qualify.harness import analysis, calibration, protocol, reports
-from dflash_qualify.harness.calibrate import calibrate
+from dflash_qualify.harness import analysis, protocol, reports
+from dflash_qualify.harness.kinds.calibration import analysis as calibration
+from dflash_qualify.harness.kinds.calibration import calibrate
 from dflash_qualify.harness.errors import UsageError
 from dflash_qualify.harness.evidence import dumps_json, load_evidence, sha256_file
 from dflash_qualify.harness.targets.fake import FakeScript, fake_factory
@@ -70,7 +71,7 @@ def test_calibrate_seals_and_verifies(tmp_path):
     assert powers == sorted(powers)  # common random numbers: more effect, never less power
     assert s["false_qualification"]["simulated"]["simulations"] == 60
     assert (out.path / "logs" / "repeat-003" / "B.log").is_file()
-    text = reports.render(ev, "md")
+    text = reports.render(ev, "md", reports.CALIBRATION_FORMATS)
     assert "Simulated false-qualification rate" in text and "Recommended N" in text
     assert f"Evidence manifest SHA-256: {ev.manifest_sha}" in text
     json.loads(reports.render(ev, "json"))

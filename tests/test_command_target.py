@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dflash_qualify.harness import protocol as protocol_mod
-from dflash_qualify.harness import runner
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.errors import RunFailed
 from dflash_qualify.harness.verify import verify
 
@@ -26,7 +26,7 @@ def samples_of(d: Path) -> list[dict]:
 
 def test_example_adapter_bracket_seals_verifies_and_qualifies(tmp_path):
     loaded = protocol_mod.load(str(ADAPTER_PROTOCOL), warmups=1, measured=3)
-    out = runner.qualify(loaded, tmp_path / "ev", invocation="test")
+    out = kinds.qualify(loaded, tmp_path / "ev", invocation="test")
     assert out.qualified, out.stats["verdict"]   # --batch 4 prefills 4x faster, same bytes
     assert verify(out.path).ok
     samples = samples_of(out.path)
@@ -86,6 +86,6 @@ def test_engine_failure_through_the_adapter_is_named(tmp_path):
                                             "--", "false"]
     with pytest.raises(RunFailed, match=r"arm A: request A-0: engine error ValueError: engine "
                                         r"exited with code 1"):
-        runner.qualify(loaded, tmp_path / "ev", invocation="test")
+        kinds.qualify(loaded, tmp_path / "ev", invocation="test")
     (d,) = list((tmp_path / "ev").iterdir())
     assert d.name.endswith(".partial")

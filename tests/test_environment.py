@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_qualify.harness import environment, protocol, runner
+from dflash_qualify.harness import environment, kinds, protocol
 from dflash_qualify.harness.targets.fake import FakeScript, fake_factory
 
 SECRET_ENV = "pr0cess-s3cret-value-1234"
@@ -79,7 +79,7 @@ def test_secrets_never_reach_evidence(tmp_path, monkeypatch):
         target.teardown = lambda: original() + f"env {SECRET_ENV} {SECRET_ARM}\n"
         return target
 
-    out = runner.qualify(loaded, tmp_path / "ev", invocation=f"run {SECRET_ARM}",
+    out = kinds.qualify(loaded, tmp_path / "ev", invocation=f"run {SECRET_ARM}",
                          make_target=make_leaky)
     files = [p for p in out.path.rglob("*") if p.is_file()]
     assert len(files) > 8

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 from dflash_qualify.engine import Engine
 from dflash_qualify.engine.trace import traced_generate
-from dflash_qualify.harness import exactness_protocol
+from dflash_qualify.harness.kinds.exactness import schema as exactness_protocol
 from dflash_qualify.harness.cli import main
-from dflash_qualify.harness.exactness_diff import (VERDICT_IDENTICAL, TraceError, diff_traces, load_trace,
+from dflash_qualify.harness.kinds.exactness.diff import (VERDICT_IDENTICAL, TraceError, diff_traces, load_trace,
                                                    ulp_distance)
-from dflash_qualify.harness.exactness_run import run
+from dflash_qualify.harness.kinds.exactness import run
 from dflash_qualify.harness.verify import verify
 
 PROMPT = "The quick brown fox jumps over the lazy dog; exact bands must equal q1."  # 72 tokens with BOS
@@ -203,8 +203,8 @@ def test_bundled_exactness_protocols_load(name):
     assert [a["id"] for a in r["arms"]][:4] == ["q1", "q2", "q3", "q4"]
     assert any(q.get("snapshot_at") for q in r["requests"]) and any(q["repeat_of"] for q in r["requests"])
     with pytest.raises(Exception, match="dflash-qualify exactness"):
-        from dflash_qualify.harness import protocol
-        protocol.load(name)
+        from dflash_qualify.harness import kinds
+        kinds.load(name, command="run")
 
 
 def test_forged_verdict_under_a_resealed_manifest_is_caught(bundled, tmp_path):

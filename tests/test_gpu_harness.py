@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_qualify.harness import environment, gpu, protocol, runner
+from dflash_qualify.harness import environment, gpu, kinds, protocol
 from dflash_qualify.harness.evidence import load_evidence
 from dflash_qualify.harness.reports import render
 from dflash_qualify.harness.targets.fake import FakeScript, fake_factory
@@ -224,10 +224,10 @@ def test_cpu_worker_command_line_is_unchanged():
 
 # --------------------------------------------------------------------------- runs (fake engine)
 
-def run_fake(tmp_path: Path, loaded: protocol.LoadedProtocol) -> runner.Outcome:
+def run_fake(tmp_path: Path, loaded: protocol.LoadedProtocol) -> kinds.Sealed:
     scripts = {"A": FakeScript(prefill_ms=[10.0]), "cand": FakeScript(prefill_ms=[5.0]),
                "B": FakeScript(prefill_ms=[10.0])}
-    return runner.qualify(loaded, tmp_path / "ev", invocation="test",
+    return kinds.qualify(loaded, tmp_path / "ev", invocation="test",
                           make_target=fake_factory(scripts))
 
 
@@ -293,7 +293,7 @@ def test_cuda_arm_readings_that_fail_later_are_warned_per_reason(tmp_path, fake_
     log = fake_smi(H200 + "\n")
     loaded = load_text(tmp_path, protocol_text("cuda"), warmups=0, measured=2)
     scripts = {"A": FakeScript(on_request=lambda n: fake_smi("", rc=15, stderr="GPU is lost\n"))}
-    out = runner.qualify(loaded, tmp_path / "ev", invocation="test",
+    out = kinds.qualify(loaded, tmp_path / "ev", invocation="test",
                          make_target=fake_factory(scripts))
     env = json.loads((out.path / "environment.json").read_text())
     assert env["gpu"]["gpus"] and env["arms"]["A"]["gpu"][0]["before"]["gpus"]
@@ -418,7 +418,7 @@ def test_run_on_cuda_without_a_gpu_fails_the_arm_by_name(tmp_path):
 
 
 def test_calibrate_on_cuda_keeps_every_repeats_gpu_readings(tmp_path, fake_smi):
-    from dflash_qualify.harness.calibrate import calibrate
+    from dflash_qualify.harness.kinds.calibration import calibrate
 
     log = fake_smi(H200 + "\n")
     loaded = load_text(tmp_path, protocol_text("cuda"), warmups=0, measured=3)
@@ -444,7 +444,7 @@ def test_gpu_protocol_is_listed(tmp_path):
 
 def test_exactness_protocol_on_cuda_is_refused_up_front(tmp_path):
     """The embedded engine captures traces on the CPU only: say so at load, not per request."""
-    from dflash_qualify.harness import exactness_protocol
+    from dflash_qualify.harness.kinds.exactness import schema as exactness_protocol
 
     text = (protocol.bundled_dir() / "exact-bands-trace.toml").read_text()
     assert '[target]\nkind = "embedded"\n' in text

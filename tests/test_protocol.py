@@ -113,8 +113,8 @@ BAD = [
     ("wrong type", lambda s: s.replace("measured = 3", 'measured = "5"'),
      "measure.measured: expected an integer from 1 to 100000, found string '5'"),
     ("unknown key", lambda s: s.replace("warmups = 1", "warmup = 1"),
-     "measure.warmup: unknown key (allowed here: arm_timeout_s, cache, max_tokens, measured, "
-     "metric, request_timeout_s, start_timeout_s, warmups)"),
+     "measure.warmup: unknown key (allowed here: arm_timeout_s, cache, max_rounds, max_seconds, "
+     "max_tokens, measured, metric, request_timeout_s, sequential, start_timeout_s, warmups)"),
     ("bad role", lambda s: s.replace('id = "B"\nrole = "reference"', 'id = "B"\nrole = "control"'),
      "arms[2].role: expected one of \"reference\", \"candidate\", found string 'control'"),
     ("bad env value", lambda s: s.replace('DFLASH_DS4_EXACT_PREFILL_BANDS = "1"',

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dflash_qualify.harness import protocol as protocol_mod
-from dflash_qualify.harness import runner, targets
+from dflash_qualify.harness import kinds, targets
 from dflash_qualify.harness.cli import main
 from dflash_qualify.harness.errors import RunFailed
 from dflash_qualify.harness.evidence import EvidenceWriter
@@ -40,9 +40,9 @@ def quick(**over) -> protocol_mod.LoadedProtocol:
     return protocol_mod.load(str(QUICK_ABA), **over)
 
 
-def run(tmp_path: Path, scripts: dict, loaded=None, made=None) -> runner.Outcome:
+def run(tmp_path: Path, scripts: dict, loaded=None, made=None) -> kinds.Sealed:
     loaded = loaded or quick()
-    return runner.qualify(loaded, tmp_path / "ev", invocation="dflash-qualify run test",
+    return kinds.qualify(loaded, tmp_path / "ev", invocation="dflash-qualify run test",
                           make_target=fake_factory(scripts, made))
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_qualify.harness import analysis, protocol, schedule
+from dflash_qualify.harness import analysis, protocol
+from dflash_qualify.harness import bracket_order as schedule
 from dflash_qualify.harness.errors import UsageError
 from dflash_qualify.harness.evidence import dumps_json, load_evidence, read_jsonl, sha256_file
 from dflash_qualify.harness.verify import verify

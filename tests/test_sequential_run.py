@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from evidence_factory import fixed_n_text
 
-from dflash_qualify.harness import protocol, runner
+from dflash_qualify.harness import kinds, protocol
 from dflash_qualify.harness.cli import main
 from dflash_qualify.harness.evidence import dumps_json
 from dflash_qualify.harness.targets.fake import FakeScript, FakeTarget, fake_factory
@@ -39,8 +40,8 @@ def timing(base_ms: float, seed: int, sd: float = 0.03):
     return lambda n: float(base_ms * math.exp(rng.normal(0.0, sd)))
 
 
-def run(tmp_path: Path, loaded, scripts: dict, made: list | None = None) -> runner.Outcome:
-    return runner.qualify(loaded, tmp_path / "ev", invocation="dflash-qualify run test",
+def run(tmp_path: Path, loaded, scripts: dict, made: list | None = None) -> kinds.Sealed:
+    return kinds.qualify(loaded, tmp_path / "ev", invocation="dflash-qualify run test",
                           make_target=fake_factory(scripts, made))
 
 
@@ -159,7 +160,8 @@ def test_verify_rejects_blocks_run_past_the_decision(tmp_path):
 
 
 def test_sequential_needs_a_budget_and_an_interleaved_schedule(tmp_path):
-    text = QUICK.read_text().replace("measured = 5", "measured = 5\nsequential = true")
+    base = fixed_n_text(QUICK.read_text())
+    text = base.replace("measured = 5", "measured = 5\nsequential = true")
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises(Exception, match="measure.max_rounds"):
@@ -168,13 +170,13 @@ def test_sequential_needs_a_budget_and_an_interleaved_schedule(tmp_path):
                                  "max_seconds = 60").replace('schedule = "interleaved"', ""))
     with pytest.raises(Exception, match='"interleaved" with measure.sequential'):
         protocol.load(str(path))
-    path.write_text(QUICK.read_text().replace("measured = 5", "measured = 5\nmax_rounds = 3"))
+    path.write_text(base.replace("measured = 5", "measured = 5\nmax_rounds = 3"))
     with pytest.raises(Exception, match="measure.sequential = true"):
         protocol.load(str(path))
 
 
 def test_calibrate_reports_the_sequential_rules_rates_per_true_gain(tmp_path):
-    from dflash_qualify.harness.calibrate import calibrate
+    from dflash_qualify.harness.kinds.calibration import calibrate
     loaded = sequential_protocol(tmp_path)
     settings = {"repeats": 12, "simulations": 300, "seed": 1, "n_grid": [3], "effects_pct": [5.0]}
     same = {"A": FakeScript(prefill_ms=timing(10.0, 5)), "cand": FakeScript(prefill_ms=timing(10.0, 6)),

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from dflash_qualify.harness import protocol as protocol_mod
-from dflash_qualify.harness import runner
+from dflash_qualify.harness import kinds
 from dflash_qualify.harness.cli import main
 from dflash_qualify.harness.errors import UsageError
 from dflash_qualify.harness.targets.http_base import HttpFailure
@@ -46,12 +46,12 @@ def pids_of_group(pgid: int) -> list[int]:
     return out
 
 
-def run_bracket(tmp_path: Path, spec: str) -> runner.Outcome:
+def run_bracket(tmp_path: Path, spec: str) -> kinds.Sealed:
     loaded = protocol_mod.load(spec, warmups=1, measured=3)
-    return runner.qualify(loaded, tmp_path / "ev", invocation=f"dflash-qualify run {spec}")
+    return kinds.qualify(loaded, tmp_path / "ev", invocation=f"dflash-qualify run {spec}")
 
 
-def check_sealed_identical(out: runner.Outcome) -> list[dict]:
+def check_sealed_identical(out: kinds.Sealed) -> list[dict]:
     assert not out.path.name.endswith(".partial") and (out.path / "manifest.json").is_file()
     result = verify(out.path)
     assert result.ok, result.problems

@@ -45,7 +45,8 @@ import sys
 import time
 
 from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN
-from dflash_qualify.harness import analysis, calibration
+from dflash_qualify.harness import analysis
+from dflash_qualify.harness.kinds.calibration import analysis as calibration
 from dflash_qualify.harness import protocol as protocol_mod
 from dflash_qualify.harness.runner import Runner
 

@@ -41,7 +41,8 @@ import copy
 
 import numpy as np
 
-from dflash_qualify.harness import analysis, calibration, protocol as protocol_mod
+from dflash_qualify.harness import analysis, protocol as protocol_mod
+from dflash_qualify.harness.kinds.calibration import analysis as calibration
 
 ARMS = ("A", "cand", "B")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .. import analysis, external
+from .. import analysis, imported_samples
 from ..errors import UsageError
 from ..evidence import tool_version
 from ..reports import ReportInput, render_input
@@ -48,11 +48,11 @@ def command(samples_csv: Path, references: tuple[str, ...], candidate: str, dire
                          expected="a UTF-8 CSV file", got=exc.object[exc.start:exc.start + 1]) from None
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", file=file) from None
-    samples, decimals = external.read_samples_csv(text, file)
+    samples, decimals = imported_samples.read_samples_csv(text, file)
     gate = {**analysis.DEFAULT_GATE, "min_gain_pct": min_gain, "max_drift_pct": max_drift,
             "seed": seed, "bootstrap_resamples": resamples}
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", samples_csv.stem).strip("-") or "samples"
-    protocol, kept = external.bracket_protocol(
+    protocol, kept = imported_samples.bracket_protocol(
         samples, name=name, references=list(references), candidate=candidate, direction=direction,
         decimals=decimals, gate=gate, file=file)
     stats = analysis.compute(protocol, kept, _no_bytes)

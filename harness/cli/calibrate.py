@@ -52,11 +52,10 @@ def command(protocol: str | None, repeats: int, out: str, warmups: int | None,
 
     Exit codes: 0 gate sound, 1 not sound, 2 bad input, 3 runs failed or interrupted.
     """
-    from .. import reports
-    from ..calibrate import calibrate
-    from ..evidence import load_evidence
+    from .. import kinds
+    from ..kinds.calibration import CALIBRATION, calibrate
 
-    loaded = protocol_mod.load(protocol, warmups=warmups, measured=measured)
+    loaded = kinds.load(protocol, command="run", warmups=warmups, measured=measured)
     settings = {"repeats": repeats, "simulations": simulations, "seed": seed,
                 "target_effect_pct": effect, "target_power": power,
                 "max_false_rate_pct": max_false_rate}
@@ -72,7 +71,7 @@ def command(protocol: str | None, repeats: int, out: str, warmups: int | None,
         err.print(f"A/A repeat {r + 1}/{total}", highlight=False)
 
     outcome = calibrate(loaded, Path(out), settings, invocation=invocation, on_repeat=on_repeat)
-    text = reports.render(load_evidence(outcome.path), "md")
+    text = CALIBRATION.pages["md"](outcome.path, outcome.manifest_sha256)
     click.echo(text.rstrip("\n"))
     err.print(f"evidence: {outcome.path}", highlight=False)
     sys.exit(0 if outcome.qualified else 1)

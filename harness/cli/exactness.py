@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from .. import exactness_protocol
-from ..exactness_run import run
+from .. import kinds
 from ..reports.exactness_md import render
 
 
@@ -23,10 +22,12 @@ from ..reports.exactness_md import render
 @click.option("--out", "out", default="./evidence", show_default=True,
               type=click.Path(file_okay=False), help="Evidence root directory.")
 def command(protocol: str | None, out: str) -> None:
-    loaded = exactness_protocol.load(protocol)
-    invocation = shlex.join(["dflash-qualify", "exactness", protocol or "exact-bands-trace", "--out", out])
-    outcome = run(loaded, Path(out), invocation=invocation,
-                  progress=lambda msg: click.echo(f"tracing {msg}", err=True))
+    loaded = kinds.load(protocol, command="exactness")
+    kind = kinds.lookup(loaded.resolved["kind"])
+    invocation = shlex.join(["dflash-qualify", "exactness", protocol or kind.default_protocol,
+                             "--out", out])
+    outcome = kinds.seal(kind, loaded, Path(out), invocation=invocation,
+                         options={"progress": lambda msg: click.echo(f"tracing {msg}", err=True)})
     click.echo(render(loaded.resolved, outcome.results))
     click.echo(f"Evidence: {outcome.path}")
     click.echo(f"Evidence manifest SHA-256: {outcome.manifest_sha256}")

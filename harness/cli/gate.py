@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from .. import gate
+from .. import gate, kinds
 from ..errors import UsageError
 from ..evidence import load_evidence
-from ..reports import render_markdown
 from ..verify import verify
 from . import verdict_exit_code
 
@@ -56,15 +55,18 @@ def command(directory: Path, min_gain: float | None, max_drift: float | None,
             click.echo(f"invalid: {p}", err=True)
         click.echo(f"{directory}: evidence invalid, not qualified ({len(problems)} problem(s))")
         sys.exit(1)
+    kind = kinds.of_directory(directory)
+    if kind.decide is None:
+        raise UsageError(f"{kind.what} evidence has no gate verdict (its command's exit code is "
+                         f"the verdict)", file=str(directory))
     evidence = load_evidence(directory)
-    stats = gate.decide(evidence.stats, min_gain_pct=min_gain, max_drift_pct=max_drift)
+    stats = kind.decide(evidence.stats, min_gain, max_drift)
     verdict = stats["verdict"]
     name = str(evidence.protocol.get("name") or directory.name)
     if junit_path:
         _write(junit_path, gate.junit(name, verdict), append=False, what="JUnit XML")
     if summary_path:
-        report = render_markdown(evidence.protocol, evidence.environment, stats, evidence.samples,
-                                 evidence.manifest_sha)
+        report = kind.summary(directory, str(evidence.manifest_sha), stats)
         _write(Path(summary_path), report + "\n", append=True, what="step summary")
     click.echo(gate.summary_line(name, verdict))
     for c in verdict["conditions"]:

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .options import run_options
+from .. import kinds
 from .. import protocol as protocol_mod
-from ..runner import Event, qualify
+from ..runner import Event
 from . import verdict_exit_code
 
 UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", "total_ms": "ms"}
@@ -109,20 +110,19 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     Exit codes: 0 qualified, 1 not qualified, 2 bad input, 3 run failed or interrupted,
     4 inconclusive (a sequential protocol's budget ran out before it decided).
     """
-    from .. import reports
-    from ..evidence import load_evidence
-
-    loaded = protocol_mod.load(protocol, warmups=warmups, measured=measured)
+    loaded = kinds.load(protocol, command="run", warmups=warmups, measured=measured)
+    kind = kinds.lookup(loaded.resolved["kind"])
     err = Console(stderr=True, soft_wrap=True)
     invocation = _invocation(protocol, out, warmups, measured)
-    target = loaded.resolved["target"]
+    target = loaded.resolved.get("target") or {}
     where = f" on {target['device']}" if target.get("device", "cpu") != "cpu" else ""
+    engine = target.get("model") or f"{target.get('kind', 'no')} target"
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
-              f"{target['model'] or target['kind'] + ' target'}{where}): evidence under {out}",
-              highlight=False)
+              f"{engine}{where}): evidence under {out}", highlight=False)
     with ProgressView(err, sequential=bool(loaded.resolved.get("sequential"))) as view:
-        outcome = qualify(loaded, Path(out), invocation=invocation, on_event=view)
-    text = reports.render(load_evidence(outcome.path), "md")
+        outcome = kinds.seal(kind, loaded, Path(out), invocation=invocation,
+                             options={"on_event": view})
+    text = kind.pages["md"](outcome.path, outcome.manifest_sha256)
     click.echo(text.rstrip("\n"))
     if outcome.manifest_sha256 not in text:
         click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")

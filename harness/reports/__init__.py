@@ -12,34 +12,37 @@ from .base import ReportInput
 from .markdown import render_markdown
 
 
-def _markdown(inp: ReportInput) -> str:
-    """Markdown of a run, or of calibrate evidence (stats kind "calibration")."""
-    if inp.stats.get("kind") == "calibration":
-        return calibration_md.render(inp)
-    return markdown.render(inp)
-
-
+# a run's (bracket, compare) pages: format -> renderer of a ReportInput
 FORMATS: dict[str, Callable[[ReportInput], str]] = {
-    "md": _markdown,
+    "md": markdown.render,
     "json": json_.render,
     "csv": csv_.render,
     "html": html.render,   # self-contained, inline SVG plots (matplotlib, imported on use)
 }
+# calibrate evidence's pages (the same JSON and CSV; its own markdown and HTML)
+CALIBRATION_FORMATS: dict[str, Callable[[ReportInput], str]] = {
+    **FORMATS,
+    "md": calibration_md.render,
+    "html": html.render_calibration,
+}
 
-__all__ = ["FORMATS", "ReportInput", "render", "render_input", "render_markdown"]
+__all__ = ["FORMATS", "CALIBRATION_FORMATS", "ReportInput", "render", "render_input",
+           "render_markdown"]
 
 
-def render_input(inp: ReportInput, fmt: str) -> str:
-    """Render a ReportInput in one of FORMATS (UsageError for an unknown format)."""
+def render_input(inp: ReportInput, fmt: str,
+                 formats: dict[str, Callable[[ReportInput], str]] = FORMATS) -> str:
+    """Render a ReportInput in one of `formats` (UsageError for an unknown format)."""
     try:
-        renderer = FORMATS[fmt]
+        renderer = formats[fmt]
     except KeyError:
         raise UsageError("unknown report format", field="--format",
-                         expected=" | ".join(FORMATS), got=fmt) from None
+                         expected=" | ".join(formats), got=fmt) from None
     return renderer(inp)
 
 
-def render(evidence, fmt: str) -> str:
-    """Render a loaded evidence directory (harness.evidence.Evidence) as "md", "json" or "csv"."""
+def render(evidence, fmt: str, formats: dict[str, Callable[[ReportInput], str]] = FORMATS) -> str:
+    """Render a loaded evidence directory (harness.evidence.Evidence) in one of `formats`."""
     return render_input(ReportInput(evidence.protocol, evidence.environment, evidence.stats,
-                                    evidence.samples, evidence.manifest_sha, evidence.path), fmt)
+                                    evidence.samples, evidence.manifest_sha, evidence.path), fmt,
+                        formats)

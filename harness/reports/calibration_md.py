@@ -3,7 +3,7 @@ recommended N (returns text; no IO)."""
 from __future__ import annotations
 
 from .base import ReportInput, fmt_pct, fmt_value
-from .markdown import _environment_lines, _gpu_state_lines
+from .markdown import environment_lines, gpu_state_lines
 
 
 def _pct_or_na(x) -> str:
@@ -93,8 +93,8 @@ def render_calibration(protocol: dict, environment: dict, stats: dict, manifest_
     invocation = environment.get("invocation") if isinstance(environment, dict) else None
     if invocation:
         lines += [f"Reproduce: `{invocation}`", ""]
-    lines += _environment_lines(environment if isinstance(environment, dict) else {}) + [""]
-    lines += _gpu_state_lines(environment if isinstance(environment, dict) else {})
+    lines += environment_lines(environment if isinstance(environment, dict) else {}) + [""]
+    lines += gpu_state_lines(environment if isinstance(environment, dict) else {})
     if cal.get("source_protocol"):
         lines += [f"Calibrates protocol `{cal['source_protocol']}` (every arm ran reference arm "
                   f"`{cal.get('reference_arm')}`'s configuration).", ""]

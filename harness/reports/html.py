@@ -343,13 +343,22 @@ def _calibration_body(inp: ReportInput) -> list[str]:
 
 
 def render(inp: ReportInput) -> str:
-    """Registry entry: the self-contained HTML report of one evidence directory."""
+    """Registry entry: the self-contained HTML report of a run's evidence."""
+    v = inp.stats["verdict"]
+    answer = v.get("decision") or ("QUALIFIED" if v["qualified"] else "NOT QUALIFIED")
+    return _page(inp, answer, _run_body(inp))
+
+
+def render_calibration(inp: ReportInput) -> str:
+    """Registry entry: the self-contained HTML report of calibrate evidence."""
+    ok = inp.stats["verdict"]["qualified"]
+    return _page(inp, "gate sound" if ok else "gate NOT sound", _calibration_body(inp))
+
+
+def _page(inp: ReportInput, word: str, kind_body: list[str]) -> str:
     stats = inp.stats
     name = inp.protocol.get("name") or "qualification"
-    calibration = stats.get("kind") == "calibration"
     ok = stats["verdict"]["qualified"]
-    word = ("gate sound" if ok else "gate NOT sound") if calibration else \
-        (stats["verdict"].get("decision") or ("QUALIFIED" if ok else "NOT QUALIFIED"))
     body = [f"<h1>{_e(name)}</h1>",
             f'<p><span class="verdict {"pass" if ok else "fail"}">{_e(word)}</span>'
             + ("" if ok else " " + _e(", ".join(stats["verdict"]["reasons"]))) + "</p>"]
@@ -357,7 +366,7 @@ def render(inp: ReportInput) -> str:
         body.append(f"<p>{_e(inp.protocol['description'])}</p>")
     body.append(f"<p>Metric <code>{_e(stats['metric'])}</code> ({_e(stats['direction'])} is better"
                 + (f", {_e(stats['unit'])}" if stats["unit"] else "") + ").</p>")
-    body += _calibration_body(inp) if calibration else _run_body(inp)
+    body += kind_body
     body += ["<h2>Verdict</h2>", _verdict_table(stats["verdict"]),
              "<h2>Environment</h2>", _environment(inp.environment if isinstance(inp.environment, dict) else {})]
     if inp.in_evidence:

@@ -233,7 +233,7 @@ def _first(env: dict, *paths: tuple[str, ...]) -> str | None:
     return None
 
 
-def _environment_lines(env: dict) -> list[str]:
+def environment_lines(env: dict) -> list[str]:
     """A one-line environment summary from environment.json (any missing key is skipped)."""
     items = []
     cpu = _first(env, ("cpu", "model"), ("cpu",))
@@ -268,7 +268,7 @@ def _environment_lines(env: dict) -> list[str]:
     return [f"Environment: {'; '.join(items)}." if items else "Environment: not recorded."]
 
 
-def _gpu_state_lines(env: dict) -> list[str]:
+def gpu_state_lines(env: dict) -> list[str]:
     """The per-arm GPU readings of a cuda run as a table (nothing for other runs)."""
     rows = gpu_state_rows(env)
     if not rows:
@@ -324,8 +324,8 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
     invocation = environment.get("invocation") if isinstance(environment, dict) else None
     if invocation:
         lines += [f"Reproduce: `{invocation}`", ""]
-    lines += _environment_lines(environment if isinstance(environment, dict) else {}) + [""]
-    lines += _gpu_state_lines(environment if isinstance(environment, dict) else {})
+    lines += environment_lines(environment if isinstance(environment, dict) else {}) + [""]
+    lines += gpu_state_lines(environment if isinstance(environment, dict) else {})
     if in_evidence:
         lines.append(f"Evidence manifest SHA-256: {manifest_sha}" if manifest_sha else
                      "Evidence manifest SHA-256: see manifest.json (written when the evidence is sealed)")

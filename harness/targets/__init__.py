@@ -1,14 +1,16 @@
-"""Targets: how the runner reaches an engine (one instance per arm). Register kinds in TARGETS."""
+"""Targets: how the runner reaches an engine (one instance per arm). Register a target kind in
+TARGETS (its factory) and TARGET_OPTIONS (its [target] parser, harness/targets/options.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ..errors import UsageError
 from .base import Request, Response, Target, TargetError
+from .options import OPTIONS as TARGET_OPTIONS
 from .worker import WorkerTarget, embedded_argv, resolve_pin_cpu
 
 __all__ = ["Request", "Response", "Target", "TargetError", "WorkerTarget", "make_target",
-           "TARGETS"]
+           "TARGETS", "TARGET_OPTIONS"]
 
 
 def _embedded(protocol: dict[str, Any], arm: dict[str, Any]) -> Target:
@@ -43,7 +45,8 @@ def _http(kind: str) -> Callable[[dict[str, Any], dict[str, Any]], Target]:
     return make
 
 
-# target kind (protocol [target].kind) -> factory(protocol, arm) -> a fresh Target
+# target kind (protocol [target].kind) -> factory(protocol, arm) -> a fresh Target; the same
+# kind's [target] parser is TARGET_OPTIONS[kind] (harness/targets/options.py)
 TARGETS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Target]] = {
     "embedded": _embedded,
     "command": _command,

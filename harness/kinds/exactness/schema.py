@@ -1,4 +1,4 @@
-"""Exactness protocols (kind = "exactness", schema_version 1): load, validate, resolve.
+"""The exactness protocol schema (kind = "exactness", schema_version 1): load, validate, resolve.
 
     schema_version = 1
     kind = "exactness"
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from typing import Any
 
-from .errors import UsageError
-from .protocol import _ID_RE, SCHEMA_VERSION, LoadedProtocol, _Checker, _engine_args, _env, _target, \
-    cut_corpus, locate
+from ...checker import Checker
+from ...protocol import (ID_RE, SCHEMA_VERSION, Document, LoadedProtocol, cut_corpus, parse_engine_args,
+                         parse_env, read_document)
+from ...targets import options as target_options
 
 KIND = "exactness"
 LEVELS = ("raw", "digest")
@@ -32,33 +32,23 @@ DEFAULT_CANDIDATES = [
      "env": dict(Q1_ENV), "engine": {"bands": True, "chunk": c}, "expect": "bitwise"} for c in (2, 3, 4)]
 
 
-def is_exactness_file(raw: bytes) -> bool:
-    """True when a protocol file declares kind = "exactness" (cheap check for the CLI)."""
-    try:
-        return tomllib.loads(raw.decode("utf-8")).get("kind") == KIND
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False
+DEFAULT_PROTOCOL = "exact-bands-trace"
 
 
 def load(spec: str | None) -> LoadedProtocol:
     """Load and resolve an exactness protocol (a path or a bundled name)."""
-    path, bundled = locate(spec or "exact-bands-trace")
-    display = f"{path.name} (bundled)" if bundled else str(path)
-    try:
-        raw = path.read_bytes()
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", file=display) from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"not a UTF-8 TOML file: {exc}", file=display) from None
-    resolved = resolve(doc, file=display)
-    resolved["source"] = {"file": path.name if bundled else str(path), "bundled": bundled,
-                          "sha256": hashlib.sha256(raw).hexdigest()}
-    return LoadedProtocol(resolved=resolved, source_bytes=raw, path=str(path))
+    return from_document(read_document(spec or DEFAULT_PROTOCOL))
+
+
+def from_document(document: Document) -> LoadedProtocol:
+    """The exactness schema: validate and resolve a read protocol document."""
+    resolved = resolve(document.doc, file=document.display)
+    resolved["source"] = document.source()
+    return LoadedProtocol(resolved=resolved, source_bytes=document.raw, path=str(document.path))
 
 
 def resolve(doc: dict, *, file: str) -> dict[str, Any]:
-    ck = _Checker(file)
+    ck = Checker(file)
     ck.table(doc, "", {"schema_version", "kind", "name", "description", "target", "trace", "oracle",
                        "requests", "candidates"}, {"schema_version", "kind", "name", "requests"})
     version = ck.integer(doc["schema_version"], "schema_version")
@@ -66,7 +56,7 @@ def resolve(doc: dict, *, file: str) -> dict[str, Any]:
         ck.fail("schema_version", f"{SCHEMA_VERSION} (the only version this tool reads)", version)
     ck.string(doc["kind"], "kind", choices=(KIND,))
     name = ck.string(doc["name"], "name", pattern=re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"))
-    target = _target(ck, ck.sub_table(doc, "target", "target"))
+    target = target_options.parse(ck, ck.sub_table(doc, "target", "target")).to_json()
     if target["kind"] not in ("embedded", "command"):
         ck.fail("target.kind", '"embedded" or "command" (traces travel through the worker protocol)',
                 target["kind"])
@@ -83,8 +73,8 @@ def resolve(doc: dict, *, file: str) -> dict[str, Any]:
     o = ck.sub_table(doc, "oracle", "oracle")
     ck.table(o, "oracle", {"label", "env", "engine"})
     oracle = {"id": ORACLE_ID, "label": ck.string(o.get("label", "q1 oracle"), "oracle.label"),
-              "role": "reference", "env": {**Q1_ENV, **_env(ck, ck.sub_table(o, "env", "oracle.env"), "oracle.env")},
-              "engine": _engine_args(ck, o.get("engine", {"bands": False, "chunk": 1}), "oracle.engine"),
+              "role": "reference", "env": {**Q1_ENV, **parse_env(ck, ck.sub_table(o, "env", "oracle.env"), "oracle.env")},
+              "engine": parse_engine_args(ck, o.get("engine", {"bands": False, "chunk": 1}), "oracle.engine"),
               "expect": "oracle"}
     requests = _requests(ck, doc["requests"])
     cands = doc.get("candidates")
@@ -99,7 +89,7 @@ def resolve(doc: dict, *, file: str) -> dict[str, Any]:
             "requests": requests, "arms": [oracle, *candidates], "warnings": []}
 
 
-def _requests(ck: _Checker, items: Any) -> list[dict[str, Any]]:
+def _requests(ck: Checker, items: Any) -> list[dict[str, Any]]:
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         ck.fail("requests", "a non-empty array of tables ([[requests]])", items)
     out: list[dict[str, Any]] = []
@@ -107,7 +97,7 @@ def _requests(ck: _Checker, items: Any) -> list[dict[str, Any]]:
     for i, r in enumerate(items):
         path = f"requests[{i}]"
         ck.table(r, path, {"id", "text", "length", "repeat_of", "snapshot_at"}, {"id"})
-        rid = ck.string(r["id"], f"{path}.id", pattern=_ID_RE)
+        rid = ck.string(r["id"], f"{path}.id", pattern=ID_RE)
         if rid in by_id:
             ck.fail(f"{path}.id", "an id not used by another request", rid)
         given = [k for k in ("text", "length", "repeat_of") if k in r]
@@ -140,19 +130,19 @@ def _requests(ck: _Checker, items: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _candidates(ck: _Checker, items: Any) -> list[dict[str, Any]]:
+def _candidates(ck: Checker, items: Any) -> list[dict[str, Any]]:
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         ck.fail("candidates", "a non-empty array of tables ([[candidates]])", items)
     out, seen = [], {ORACLE_ID}
     for i, c in enumerate(items):
         path = f"candidates[{i}]"
         ck.table(c, path, {"id", "label", "env", "engine", "expect"}, {"id"})
-        cid = ck.string(c["id"], f"{path}.id", pattern=_ID_RE)
+        cid = ck.string(c["id"], f"{path}.id", pattern=ID_RE)
         if cid in seen:
             ck.fail(f"{path}.id", "an id not used by the oracle or another candidate", cid)
         seen.add(cid)
         out.append({"id": cid, "label": ck.string(c.get("label", cid), f"{path}.label"), "role": "candidate",
-                    "env": {**Q1_ENV, **_env(ck, ck.sub_table(c, "env", f"{path}.env"), f"{path}.env")},
-                    "engine": _engine_args(ck, c.get("engine", {"bands": True, "chunk": 4}), f"{path}.engine"),
+                    "env": {**Q1_ENV, **parse_env(ck, ck.sub_table(c, "env", f"{path}.env"), f"{path}.env")},
+                    "engine": parse_engine_args(ck, c.get("engine", {"bands": True, "chunk": 4}), f"{path}.engine"),
                     "expect": ck.string(c.get("expect", "bitwise"), f"{path}.expect", choices=EXPECT)})
     return out

@@ -1,4 +1,4 @@
-"""Bracket schedules: the executed order of a protocol's arms as numbered blocks.
+"""Bracket order: the executed order of a protocol's arms as numbered blocks.
 
 Pure: a resolved protocol in, a list of visits out (no IO). Kinds:
 

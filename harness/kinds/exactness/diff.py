@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import QualifyError
+from ...errors import QualifyError
 
 TRACE_SCHEMA = "dflash-qualify.trace"
 TRACE_VERSION = 1

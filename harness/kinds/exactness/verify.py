@@ -1,34 +1,24 @@
 """Verification of exactness evidence (protocol.json kind "exactness"): every stored trace is
 re-read and the verdicts, first divergences and coverage are recomputed and compared with
-exactness.json field by field. Called by harness.verify once the manifest checks passed."""
+exactness.json field by field. harness.verify calls it (the registry's recompute) once the
+manifest checks passed."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any
 
-from .errors import QualifyError
-from .evidence import read_json
-from .exactness_diff import TraceError
-from .exactness_run import RESULTS, analyze, trace_rel
+from ...errors import QualifyError
+from ...evidence import first_difference, read_json
+from .diff import TraceError
+from .flow import RESULTS, analyze, trace_rel
 
 REQUIRED = ("protocol.json", "environment.json", RESULTS)
-
-
-def is_exactness(root: Path) -> bool:
-    """True when the directory's protocol.json says kind = "exactness" (False if unreadable)."""
-    try:
-        protocol = read_json(root, "protocol.json")
-    except (QualifyError, OSError, RecursionError):
-        return False
-    return isinstance(protocol, dict) and protocol.get("kind") == "exactness"
 
 
 def recompute(root: Path, result: Any) -> None:
     """Add a problem to `result` (a VerifyResult) for every way exactness.json disagrees with
     what its traces say, or a trace that is missing or cannot be read."""
-    from .verify import _first_difference  # the same field-by-field comparison as stats.json
-
     try:
         protocol = read_json(root, "protocol.json")
         stored = read_json(root, RESULTS)
@@ -56,6 +46,6 @@ def recompute(root: Path, result: Any) -> None:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
         result.add("protocol.json", f"cannot recompute: malformed exactness protocol or trace ({type(exc).__name__}: {exc})")
         return
-    difference = _first_difference(stored, fresh, "")
+    difference = first_difference(stored, fresh, "")
     if difference:
         result.add(RESULTS, f"does not match the verdicts recomputed from the traces: {difference}")

@@ -1,5 +1,5 @@
-"""Exactness runs: the q1 oracle and each candidate traced through the worker protocol, every
-record compared bitwise, coverage checked, and a sealed evidence directory (kind "exactness").
+"""The exactness kind's steps: the q1 oracle and each candidate traced through the worker
+protocol (trace_arms), every record compared bitwise and coverage checked (analyze), the report.
 
 Evidence layout (docs/evidence-format.md, "Exactness evidence"): protocol.json, protocol.toml,
 environment.json, traces/<arm>/<request>.jsonl.gz (trace format v1), logs/<arm>.log,
@@ -10,29 +10,20 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import environment
-from .errors import RunFailed
-from .evidence import EvidenceWriter
-from .exactness_coverage import coverage
-from .exactness_diff import VERDICT_IDENTICAL, TraceError, diff_traces, load_trace, verdict
-from .protocol import LoadedProtocol
-from .targets import Request, WorkerTarget
-from .targets.worker import embedded_argv
+from ...errors import RunFailed
+from ...evidence import EvidenceWriter
+from ...reports import exactness_md
+from ...targets import Request, WorkerTarget
+from ...targets.worker import embedded_argv
+from .coverage import coverage
+from .diff import VERDICT_IDENTICAL, TraceError, diff_traces, load_trace, verdict
 
 RESULTS = "exactness.json"
 RESULTS_SCHEMA = "dflash-qualify.exactness"
 RESULTS_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ExactnessOutcome:
-    path: Path
-    manifest_sha256: str
-    results: dict[str, Any]
 
 
 def trace_rel(arm: str, request: str) -> str:
@@ -81,35 +72,35 @@ def analyze(protocol: dict[str, Any], read: Callable[[str], bytes]) -> dict[str,
             "passed": all(c["passed"] for c in out) and not missing}
 
 
-def run(loaded: LoadedProtocol, out_root: Path, *, invocation: str,
-        progress: Callable[[str], None] = lambda msg: None) -> ExactnessOutcome:
-    """Trace every arm, analyze, write and seal the evidence. Raises RunFailed (evidence left
-    .partial with the reason) when a worker or request fails."""
-    protocol = loaded.resolved
-    stored = environment.redact_protocol(protocol)  # secret-looking env values never reach evidence
-    writer = EvidenceWriter.create(Path(out_root), protocol["name"])
+def trace_arms(session: Any) -> dict[str, dict[str, Any]]:
+    """The run flow: trace every arm's requests into traces/<arm>/<request>.jsonl.gz; returns
+    each arm's worker facts (environment.json arms)."""
+    protocol = session.protocol
+    progress = session.option("progress") or (lambda msg: None)
+    info: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="dflash-trace-") as tmp:
+        for arm in protocol["arms"]:
+            info[arm["id"]] = _trace_arm(protocol, arm, Path(tmp), session.writer, progress)
+    return info
+
+
+def analyze_traces(session: Any) -> dict[str, Any]:
+    """The analysis: every verdict recomputed from the stored traces, written as exactness.json."""
     try:
-        writer.write_json("protocol.json", stored)
-        writer.write_bytes("protocol.toml", loaded.source_bytes)
-        env = environment.capture(protocol, invocation=invocation)
-        writer.write_json("environment.json", env)
-        info: dict[str, dict[str, Any]] = {}
-        with tempfile.TemporaryDirectory(prefix="dflash-trace-") as tmp:
-            for arm in protocol["arms"]:
-                info[arm["id"]] = _trace_arm(protocol, arm, Path(tmp), writer, progress)
-        writer.write_json("environment.json", environment.finish(env, protocol, info))
-        try:
-            results = analyze(stored, lambda rel: (writer.path / rel).read_bytes())
-        except TraceError as exc:
-            raise RunFailed(f"traces cannot be compared: {exc}") from None
-        writer.write_json(RESULTS, results)
-        from .reports.exactness_md import render
-        writer.write_text("report.md", render(stored, results))
-        path, sha = writer.seal()
-    except BaseException as exc:
-        writer.mark_incomplete(f"failed: {exc}" if isinstance(exc, Exception) else f"interrupted: {type(exc).__name__}")
-        raise
-    return ExactnessOutcome(path, sha, results)
+        results = analyze(session.stored, session.read)
+    except TraceError as exc:
+        raise RunFailed(f"traces cannot be compared: {exc}") from None
+    session.writer.write_json(RESULTS, results)
+    return results
+
+
+def render_report(session: Any, results: dict[str, Any]) -> str:
+    """report.md of exactness evidence."""
+    return exactness_md.render(session.stored, results)
+
+
+def passed(results: dict[str, Any]) -> bool:
+    return bool(results["passed"])
 
 
 def _trace_arm(protocol: dict[str, Any], arm: dict[str, Any], tmp: Path, writer: EvidenceWriter,
@@ -144,22 +135,3 @@ def _trace_arm(protocol: dict[str, Any], arm: dict[str, Any], tmp: Path, writer:
         log = worker.teardown()
         writer.write_text(f"logs/{arm['id']}.log", log)
     return facts
-
-
-def run_linked(spec: dict[str, Any], out_root: Path) -> dict[str, Any]:
-    """The exactness check a bracket protocol asks for ([exactness] protocol = NAME): run it into
-    its own sealed evidence under out_root and return the link the run's environment.json keeps
-    (protocol, evidence directory name, manifest SHA-256, passed, verdicts; or the error)."""
-    from . import exactness_protocol
-
-    link: dict[str, Any] = {"protocol": spec["protocol"]}
-    try:
-        outcome = run(exactness_protocol.load(spec["protocol"]), Path(out_root),
-                      invocation=f"dflash-qualify exactness {spec['protocol']}")
-    except (RunFailed, TraceError) as exc:
-        return {**link, "passed": False, "error": str(exc), "evidence": None, "manifest_sha256": None}
-    res = outcome.results
-    return {**link, "passed": res["passed"], "error": None, "evidence": outcome.path.name,
-            "manifest_sha256": outcome.manifest_sha256,
-            "verdicts": {c["id"]: c["verdict"] for c in res["candidates"]},
-            "missing_coverage": res["missing_coverage"]}

@@ -32,10 +32,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import analysis, exactness, sequential, stats
-from . import schedule as schedule_mod
-from .environment import redact_env
-from .errors import UsageError
+from ... import analysis, identity, sequential, stats
+from ... import bracket_order
+from ...environment import redact_env
+from ...errors import UsageError
 
 KIND = "calibration"
 EFFECTS_PCT = (1.0, 2.0, 3.0, 5.0, 10.0)
@@ -180,9 +180,9 @@ def _qualifies(view: dict, records: list[dict]) -> bool:
     checks it against the full `analysis.comparison` path.
     """
     gate, direction = view["gate"], view["direction"]
-    units = [u[2] for u in analysis._reference_units(view, records, None)]
+    units = [u[2] for u in analysis.reference_units(view, records, None)]
     pooled = [v for u in units for v in u]
-    cand = analysis._measured(records, view["candidate"], None)
+    cand = analysis.measured_values(records, view["candidate"], None)
     if not pooled or not cand:
         return False
     ref_median, cand_median = float(np.median(pooled)), float(np.median(cand))
@@ -320,8 +320,8 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
             "simulated": {"qualified": counts[0], "simulations": sims, "rate_pct": false_rate}},
         "power": power,
         "recommendation": recommendation,
-        "responses": exactness.check(samples, set(view["references"]), response_bytes),
-        "requests": analysis._requests_json(samples),
+        "responses": identity.check(samples, set(view["references"]), response_bytes),
+        "requests": analysis.requests_json(samples),
         "gate": view["gate"],
     }
     if "sequential" in protocol["calibration"]:
@@ -423,9 +423,9 @@ def verdict(result: dict) -> dict:
     if result["gate"]["require_identical"]:
         ok = resp["identical"] is True
         reason = "responses_unhashed" if resp["identical"] is None else "responses_differ"
-        conds.append(analysis._cond("responses_identical", None, ok, reason,
+        conds.append(analysis.condition("responses_identical", None, ok, reason,
                                     f"{resp['hashed']} hashed responses, {resp['mismatches']} differ"))
-    conds.append(analysis._cond("requests_ok", None, req["failed"] == 0, "failed_requests",
+    conds.append(analysis.condition("requests_ok", None, req["failed"] == 0, "failed_requests",
                                 f"{req['failed']} of {req['total']} requests failed"))
     sim = result["false_qualification"]["simulated"]
     limit = result["settings"]["max_false_rate_pct"]
@@ -434,7 +434,7 @@ def verdict(result: dict) -> dict:
         sim = {"rate_pct": aa["qualified_pct"], "simulations": aa["simulations"],
                "qualified": aa["qualified"]}
     ok = sim["rate_pct"] <= limit
-    conds.append(analysis._cond("false_qualification_rate", None, ok, "false_alarm_rate_high",
+    conds.append(analysis.condition("false_qualification_rate", None, ok, "false_alarm_rate_high",
                                 f"simulated false-qualification rate {sim['rate_pct']:.2f}% "
                                 f"({sim['qualified']}/{sim['simulations']}) "
                                 f"{'is within' if ok else 'exceeds'} {limit:g}%"))
@@ -471,7 +471,7 @@ def aa_protocol(resolved: dict, settings: dict) -> dict:
                                           for a in resolved["arms"]]}
     if seq is not None:  # each A/A repeat is one block of the sequential protocol
         out["calibration"]["sequential"] = dict(seq)
-    problem = schedule_mod.check(out)
+    problem = bracket_order.check(out)
     if problem:
         raise UsageError(problem, field="schedule")
     return out

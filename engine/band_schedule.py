@@ -1,8 +1,13 @@
-"""Band scheduler, mirrored from csrc/model_scheduler.cpp (tests check the two agree)."""
+"""Band schedules: the checked Python face of the C++ scheduler (csrc/model_scheduler.cpp).
+
+The schedule itself is computed once, in C++ (`_core.schedule_bands`), the code the engine
+runs; this module only validates arguments (bindings hold no math and no validation).
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import _core
 from .errors import EngineError
 
 
@@ -22,23 +27,11 @@ def schedule(start: int, n_tokens: int, chunk: int, ratios: Sequence[int]) -> li
     """
     if start < 0 or n_tokens < 0 or chunk < 1:
         raise EngineError(f"schedule needs start >= 0, n_tokens >= 0, chunk >= 1 (got {start}, {n_tokens}, {chunk})")
-    active = [r for r in ratios if r > 0]
-    widths: list[int] = []
-    pos, left = start, n_tokens
-    while left > 0:
-        w = min(chunk, left)
-        for r in active:
-            w = min(w, r - pos % r)
-        w = max(w, 1)
-        widths.append(w)
-        pos += w
-        left -= w
-    return widths
+    return list(_core.schedule_bands(start, n_tokens, chunk, list(ratios)))
 
 
 def schedule_approximate(n_tokens: int, width: int) -> list[int]:
     """Approximate prefill: fixed steps of `width` tokens (shorter tail); may cross boundaries."""
     if n_tokens < 0 or width < 1:
         raise EngineError(f"schedule_approximate needs n_tokens >= 0 and width >= 1 (got {n_tokens}, {width})")
-    full, tail = divmod(n_tokens, width)
-    return [width] * full + ([tail] if tail else [])
+    return list(_core.schedule_approximate(n_tokens, width))
