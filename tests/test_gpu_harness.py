@@ -133,10 +133,9 @@ def test_missing_nvidia_smi(no_smi):
 # --------------------------------------------------------------------------- protocol
 
 def protocol_text(device: str | None, *, base: str = "exact-bands-quick", extra: str = "") -> str:
-    text = (protocol.bundled_dir() / f"{base}.toml").read_text()
-    if extra.startswith("schedule"):  # replace the own schedule line; fixed-N: no budget either
-        text = "".join(ln for ln in fixed_n_text(text).splitlines(keepends=True)
-                       if not ln.startswith("schedule"))
+    text = fixed_n_text((protocol.bundled_dir() / f"{base}.toml").read_text())  # one block
+    if extra.startswith("schedule"):  # replace the bundled protocol's own schedule line
+        text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("schedule"))
     line = f'device = "{device}"\n' if device is not None else ""
     return text.replace('[target]\nkind = "embedded"\n', f'[target]\nkind = "embedded"\n{line}'
                         ).replace("schema_version = 1\n", f"schema_version = 1\n{extra}")

@@ -135,7 +135,7 @@ def test_abba_drift_compares_first_and_last_reference_block():
     out = analysis.compute(_bracket({"kind": "ABBA", "seed": None, "rounds": 2}), _records(rows),
                            lambda sha: b"x")
     comp = out["comparisons"][0]
-    assert out["version"] == 2
+    assert out["version"] == 3 and out["verdict"]["design"] == "fixed-N"
     assert comp["drift_blocks"] == [0, 5] and comp["drift_arms"] == ["A", "A"]
     assert comp["drift_pct"] == pytest.approx(1.0 / 10.5 * 100)   # |10 - 11| / pooled 10.5
     assert [(b["block"], b["arm"]) for b in comp["blocks"]] == \

@@ -33,15 +33,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 VERDICT_EXIT_CODES = {"QUALIFIED": 0, "NOT QUALIFIED": 1, "INCONCLUSIVE": 4}
 
 
-def decision_of(verdict: dict) -> str:
-    """QUALIFIED | NOT QUALIFIED | INCONCLUSIVE (evidence before stats version 3: from
-    `qualified`, which only knew two answers)."""
-    return verdict.get("decision") or ("QUALIFIED" if verdict["qualified"] else "NOT QUALIFIED")
+def decision_of(verdict: dict | None, qualified: bool | None = None) -> str:
+    """QUALIFIED | NOT QUALIFIED | INCONCLUSIVE (evidence before stats version 3, and kinds
+    without a three-way verdict: from `qualified`, which only knew two answers)."""
+    if isinstance(verdict, dict) and verdict.get("decision") in VERDICT_EXIT_CODES:
+        return verdict["decision"]
+    ok = verdict["qualified"] if isinstance(verdict, dict) and "qualified" in verdict else qualified
+    return "QUALIFIED" if ok else "NOT QUALIFIED"
 
 
-def verdict_exit_code(verdict: dict) -> int:
+def verdict_exit_code(verdict: dict | None, qualified: bool | None = None) -> int:
     """The exit code of a verdict: 0 QUALIFIED, 1 NOT QUALIFIED, 4 INCONCLUSIVE."""
-    return VERDICT_EXIT_CODES[decision_of(verdict)]
+    return VERDICT_EXIT_CODES[decision_of(verdict, qualified)]
 
 
 class LazyGroup(click.Group):

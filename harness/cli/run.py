@@ -127,4 +127,4 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     if outcome.manifest_sha256 not in text:
         click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")
     err.print(f"evidence: {outcome.path}", highlight=False)
-    sys.exit(verdict_exit_code(outcome.stats["verdict"]))
+    sys.exit(verdict_exit_code(outcome.results.get("verdict"), outcome.qualified))
