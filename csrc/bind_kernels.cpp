@@ -235,6 +235,8 @@ void bind_kernels(py::module_& m) {
     k.def("simd_path", [] { return std::string(simd_path()); });
     k.def("set_simd_path", [](const std::string& name) { return set_simd_path(name.c_str()); },
           py::arg("name"));
+    k.def("simd_path_env_error", [] { return std::string(simd_path_env_error()); },
+          "why DQ_SIMD_PATH was not taken at start-up ('' when it was, or is unset)");
     k.def("cpu_features", &features_dict);
     k.def("read_bandwidth_gbs",
           [](size_t bytes, int threads, int repeats) {

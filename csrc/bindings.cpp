@@ -240,7 +240,20 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("upload_seconds", &gpu::GpuModel::upload_seconds)
         .def_property_readonly("weight_bytes_total", &gpu::GpuModel::weight_bytes_total)
         .def_property_readonly("device_name", &gpu::GpuModel::device_name)
-        .def_property_readonly("fingerprint", [](const gpu::GpuModel& g) { return g.config().fingerprint(); });
+        .def_property_readonly("fingerprint", [](const gpu::GpuModel& g) { return g.config().fingerprint(); })
+        .def_property_readonly("last_prefill_counts", [](const gpu::GpuModel& g) {
+            const gpu::GpuPrefillCounts c = g.last_prefill_counts();
+            py::dict d;
+            d["steps"] = c.steps;
+            d["graph_steps"] = c.graph_steps;
+            d["kernels"] = c.kernels;
+            d["host_launches"] = c.host_launches;
+            d["host_syncs"] = c.host_syncs;
+            py::dict ops;
+            for (const auto& [name, us] : c.op_us) ops[py::str(name)] = us;
+            d["op_us"] = ops;
+            return d;
+        });
 
     py::class_<gpu::GpuSession> gsession(m, "GpuSession");
     gsession.def(py::init<const gpu::GpuModel&>(), py::arg("model"), py::keep_alive<1, 2>())

@@ -1,6 +1,7 @@
 // Public mul_mat_q8_0 entry point: picks the ISA kernel table once, splits rows over threads.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -21,8 +22,26 @@ const simd::KernelSet* best_available() {
     return &simd::kScalarKernels;
 }
 
+const simd::KernelSet* by_name(const char* name) {
+    const CpuFeatures& f = cpu_features();
+    if (std::strcmp(name, "auto") == 0) return best_available();
+    if (std::strcmp(name, "scalar") == 0) return &simd::kScalarKernels;
+    if (std::strcmp(name, "avx2") == 0 && f.avx2_path()) return &simd::kAvx2Kernels;
+    if (std::strcmp(name, "avx512vnni") == 0 && f.avx512vnni_path()) return &simd::kAvx512VnniKernels;
+    return nullptr;
+}
+
+// The start-up path: DQ_SIMD_PATH (scalar, avx2, avx512vnni, auto) when it names a path this
+// CPU has, else the best available one (simd_path_env_error() says why it was not taken).
+const simd::KernelSet* startup_path() {
+    const char* env = std::getenv("DQ_SIMD_PATH");
+    if (env == nullptr || *env == '\0') return best_available();
+    const simd::KernelSet* ks = by_name(env);
+    return ks != nullptr ? ks : best_available();
+}
+
 std::atomic<const simd::KernelSet*>& active() {
-    static std::atomic<const simd::KernelSet*> set{best_available()};
+    static std::atomic<const simd::KernelSet*> set{startup_path()};
     return set;
 }
 
@@ -30,18 +49,14 @@ std::atomic<const simd::KernelSet*>& active() {
 
 const char* simd_path() { return active().load(std::memory_order_relaxed)->name; }
 
+const char* simd_path_env_error() {
+    const char* env = std::getenv("DQ_SIMD_PATH");
+    if (env == nullptr || *env == '\0' || by_name(env) != nullptr) return "";
+    return "DQ_SIMD_PATH names no SIMD path this CPU has (expected scalar, avx2, avx512vnni or auto)";
+}
+
 bool set_simd_path(const char* name) {
-    const CpuFeatures& f = cpu_features();
-    const simd::KernelSet* chosen = nullptr;
-    if (std::strcmp(name, "auto") == 0) {
-        chosen = best_available();
-    } else if (std::strcmp(name, "scalar") == 0) {
-        chosen = &simd::kScalarKernels;
-    } else if (std::strcmp(name, "avx2") == 0 && f.avx2_path()) {
-        chosen = &simd::kAvx2Kernels;
-    } else if (std::strcmp(name, "avx512vnni") == 0 && f.avx512vnni_path()) {
-        chosen = &simd::kAvx512VnniKernels;
-    }
+    const simd::KernelSet* chosen = by_name(name);
     if (chosen == nullptr) return false;
     active().store(chosen, std::memory_order_relaxed);
     return true;
@@ -106,6 +121,10 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int k) {
 }  // namespace dq
 
 namespace dq::simd {
+bool prefetch_far() {
+    static const bool far = cpu_features().avx512f;
+    return far;
+}
 float* kernel_scratch(size_t n) {
     thread_local std::vector<float> buf;
     if (buf.size() < n) buf.resize(n);

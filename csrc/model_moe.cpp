@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/engine_rules.h"
 #include "model_ops.h"
 #include "model_parallel.h"
 
@@ -20,29 +21,8 @@ void route_token(const ModelConfig& c, const LayerWeights& w, bool hash_layer, c
 
 void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_layer, const float* logits,
                        int token, int32_t* ids, float* wts, float* scratch) {
-    const int E = c.n_experts, K = c.top_k;
-    float* score = scratch;
-    float* sel = scratch + E;
-    for (int e = 0; e < E; ++e) {
-        score[e] = sqrt_softplus(logits[e]);
-        sel[e] = score[e] + w.router_bias[e];
-    }
-    if (hash_layer) {
-        for (int k = 0; k < K; ++k) ids[k] = w.tid2eid[size_t(token) * K + k];
-    } else {
-        for (int k = 0; k < K; ++k) {  // repeated argmax; lowest index wins ties
-            int best = -1;
-            for (int e = 0; e < E; ++e) {
-                if (sel[e] == -INFINITY) continue;
-                if (best < 0 || sel[e] > sel[best]) best = e;
-            }
-            ids[k] = best;
-            sel[best] = -INFINITY;
-        }
-    }
-    float sum = 0.0f;
-    for (int k = 0; k < K; ++k) sum += score[ids[k]];
-    for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * c.routed_scale;
+    rules::route_from_logits(logits, w.router_bias.data(), hash_layer ? w.tid2eid.data() : nullptr, token,
+                             c.n_experts, c.top_k, c.routed_scale, ids, wts, scratch);
 }
 
 // The whole MoE of a step in three dispatches. Columns are laid out shared expert first (ntok

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/engine_rules.h"
+
 namespace dq {
 
 // Hot per-token loops get an AVX2 clone picked at load time (GCC/Clang ifunc) beside the portable
@@ -163,10 +165,7 @@ DQ_OPS_CLONES void swiglu_clamped(const float* g, const float* u, float* h, int 
     }
 }
 
-float sqrt_softplus(float x) {
-    const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
-    return std::sqrt(sp);
-}
+float sqrt_softplus(float x) { return rules::sqrt_softplus(x); }
 
 int argmax_f32(const float* x, int n) {
     int best = 0;
@@ -174,10 +173,6 @@ int argmax_f32(const float* x, int n) {
         if (x[i] > x[best]) best = i;
     return best;
 }
-
-namespace {
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-}  // namespace
 
 namespace {
 // dst[k] = ((0 + w[0] X[0][k]) + ... + w[n-1] X[n-1][k]) + we e[k] (the last term only when e):
@@ -204,29 +199,8 @@ DQ_OPS_CLONES void hc_mix(const ModelConfig& c, const HCParams& p, const float* 
             float* post, float* M) {
     const int hc = c.hc_mult, d = c.d_model;
     float pre[64];
-    for (int i = 0; i < hc; ++i) {
-        pre[i] = sigmoid(p.static_pre[i] + p.dyn_scale * dyn[i]);
-        post[i] = 2.0f * sigmoid(p.static_post[i] + p.dyn_scale * dyn[hc + i]);
-    }
-    // Mixing matrix: exp(logits) made (nearly) doubly stochastic by Sinkhorn iterations.
-    float m = -INFINITY;
-    for (int k = 0; k < hc * hc; ++k) {
-        M[k] = p.static_res[k] + p.dyn_scale * dyn[2 * hc + k];
-        m = std::max(m, M[k]);
-    }
-    for (int k = 0; k < hc * hc; ++k) M[k] = std::exp(M[k] - m);
-    for (int it = 0; it < c.sinkhorn_iters; ++it) {
-        for (int i = 0; i < hc; ++i) {
-            float s = 0.0f;
-            for (int j = 0; j < hc; ++j) s += M[i * hc + j];
-            for (int j = 0; j < hc; ++j) M[i * hc + j] /= s;
-        }
-        for (int j = 0; j < hc; ++j) {
-            float s = 0.0f;
-            for (int i = 0; i < hc; ++i) s += M[i * hc + j];
-            for (int i = 0; i < hc; ++i) M[i * hc + j] /= s;
-        }
-    }
+    rules::hc_mix_weights(p.static_pre.data(), p.static_post.data(), p.static_res.data(), p.dyn_scale, dyn, hc,
+                          c.sinkhorn_iters, pre, post, M);
     stream_mix(X, pre, hc, d, nullptr, 0.0f, x_in);
 }
 

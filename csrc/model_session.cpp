@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/engine_rules.h"
 #include "model_ops.h"
 #include "model_scheduler.h"
 #include "model_trace.h"
@@ -15,14 +16,9 @@ Session::Session(const Model& m) : m_(m), st_(m.new_state()), sc_(m.config()) {}
 PrefillOutcome Session::prefill(const int32_t* tokens, int n, const PrefillOptions& opt, float* logits,
                                 int32_t* rid, float* rw) {
     const ModelConfig& c = m_.config();
-    if (n < 1) throw std::invalid_argument("prefill needs at least one token");
-    if (st_.pos + n > c.ctx) throw std::invalid_argument("prompt longer than the context");
-    if (opt.chunk < 1 || opt.chunk > kMaxBandChunk) throw std::invalid_argument("chunk must be 1..4");
-    if (opt.mmvq_max_ncols < 1 || opt.mmvq_max_ncols > kMaxMmvqCols)
-        throw std::invalid_argument("mmvq_max_ncols must be 1..8");
-    if (opt.approx_width < 1 || opt.approx_width > kMaxStep) throw std::invalid_argument("approx_width must be 1..32");
-    for (int i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= c.vocab) throw std::invalid_argument("token id out of range");
+    if (const char* why = rules::prefill_arg_error(c, st_.pos, tokens, n, opt.chunk, opt.mmvq_max_ncols,
+                                                   opt.approx_width))
+        throw std::invalid_argument(why);
     std::lock_guard<std::mutex> lock(m_.mutex());
     PrefillOutcome out;
     out.widths = opt.approximate ? schedule_approximate(n, opt.approx_width)

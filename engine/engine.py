@@ -63,6 +63,10 @@ class Engine:
                           "mmvq_max_ncols": check_mmvq(mmvq_max_ncols)}
         env_bands()  # malformed environment values fail at construction, not first use
         env_mmvq_max_ncols()
+        simd_why = _core.kernels.simd_path_env_error()
+        if simd_why:
+            raise EngineError(f"{simd_why}; got DQ_SIMD_PATH={os.environ.get('DQ_SIMD_PATH')!r}, "
+                              f"this CPU has {_core.kernels.cpu_features()['paths']}")
         slowdown = check_test_slowdown(test_slowdown_pct)
         self._test_slowdown_pct = slowdown if slowdown is not None else (env_test_slowdown_pct() or 0.0)
         self._config = load_config(model)

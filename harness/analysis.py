@@ -15,6 +15,7 @@ from typing import Callable
 from . import identity, sequential, stats
 from . import bracket_order
 from .errors import UsageError
+from .protocol_model import Gate, Protocol, thaw, traits_of
 
 STATS_SCHEMA = "dflash-qualify.stats"
 # Version history:
@@ -35,7 +36,7 @@ GATE_KEYS = ("min_gain_pct", "max_drift_pct", "require_identical", "confidence",
              "bootstrap_resamples", "seed")
 DEFAULT_GATE = {"min_gain_pct": 1.0, "max_drift_pct": 2.0, "require_identical": True,
                 "confidence": 0.95, "bootstrap_resamples": 10000, "seed": 0}
-DEFAULT_DECIMALS = 3
+DEFAULT_DECIMALS = 3  # protocol_model.DEFAULT_DECIMALS
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 METHODS = {
@@ -81,112 +82,27 @@ def unit_of(metric: str) -> str:
 
 def check_gate(gate: object, file: str = "protocol.json", prefix: str = "gate") -> dict:
     """Validate the gate table (all keys of DEFAULT_GATE) and return it as a plain dict."""
-    if not isinstance(gate, dict):
-        raise _bad(prefix, "a table", type(gate).__name__, file)
-    for key in GATE_KEYS:
-        if key not in gate:
-            raise _bad(f"{prefix}.{key}", "a value", None, file)
-    for key in ("min_gain_pct", "max_drift_pct"):
-        if not _is_number(gate[key]):
-            raise _bad(f"{prefix}.{key}", "a finite number", gate[key], file)
-    if not isinstance(gate["require_identical"], bool):
-        raise _bad(f"{prefix}.require_identical", "true or false", gate["require_identical"], file)
-    if not _is_number(gate["confidence"]) or not 0 < gate["confidence"] < 1:
-        raise _bad(f"{prefix}.confidence", "a number in (0, 1)", gate["confidence"], file)
-    for key, low in (("bootstrap_resamples", 1), ("seed", 0)):
-        v = gate[key]
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise _bad(f"{prefix}.{key}", f"an integer >= {low}", v, file)
-    return {k: gate[k] for k in GATE_KEYS}
+    return Gate.from_json(gate, file, prefix).to_json()
 
 
-def check_protocol(protocol: object) -> dict:
-    """Validate the protocol fields the analysis relies on; return a normalized view.
-
-    Returns:
-        {"kind", "metric", "direction", "arms": {id: arm}, "references": [ids in schedule
-         order], "candidate": id, "groups": [..] or [None], "gate": {...}, "decimals": int}
-    Raises:
-        UsageError naming protocol.json, the field, what was expected and what was found.
-    """
-    if not isinstance(protocol, dict):
-        raise _bad("(top level)", "an object", type(protocol).__name__)
-    kind = protocol.get("kind")
-    if kind not in ("bracket", "compare"):
-        raise _bad("kind", "'bracket' or 'compare'", kind)
-    metric = protocol.get("metric")
-    if not isinstance(metric, str) or not metric:
-        raise _bad("metric", "a metric name", metric)
-    direction = protocol.get("direction")
-    if direction not in stats.DIRECTIONS:
-        raise _bad("direction", "'higher' or 'lower'", direction)
-    arms_in = protocol.get("arms")
-    if not isinstance(arms_in, list) or not arms_in:
-        raise _bad("arms", "a non-empty list", arms_in)
-    arms: dict[str, dict] = {}
-    for i, arm in enumerate(arms_in):
-        if not isinstance(arm, dict):
-            raise _bad(f"arms[{i}]", "a table", type(arm).__name__)
-        arm_id = arm.get("id")
-        if not isinstance(arm_id, str) or not arm_id:
-            raise _bad(f"arms[{i}].id", "a non-empty string", arm_id)
-        if arm_id in arms:
-            raise _bad(f"arms[{i}].id", "a unique arm id", arm_id)
-        if arm.get("role") not in ("reference", "candidate"):
-            raise _bad(f"arms[{i}].role", "'reference' or 'candidate'", arm.get("role"))
-        label = arm.get("label", arm_id)
-        if not isinstance(label, str):
-            raise _bad(f"arms[{i}].label", "a string", label)
-        arms[arm_id] = {"id": arm_id, "label": label, "role": arm["role"]}
-    schedule = protocol.get("schedule", [a["id"] for a in arms_in])
-    if not isinstance(schedule, list) or not all(isinstance(s, str) and s in arms for s in schedule):
-        raise _bad("schedule", f"a list of arm ids from {sorted(arms)}", schedule)
-    order = list(dict.fromkeys(schedule + list(arms)))
-    references = [a for a in order if arms[a]["role"] == "reference"]
-    candidates = [a for a in order if arms[a]["role"] == "candidate"]
-    if not references:
-        raise _bad("arms", "at least one arm with role 'reference'", [a["role"] for a in arms.values()])
-    if len(candidates) != 1:
-        raise _bad("arms", "exactly one arm with role 'candidate'", candidates)
-    groups: list = [None]
-    if kind == "compare":
-        groups = protocol.get("groups")
-        if not isinstance(groups, list) or not groups or not all(isinstance(g, str) for g in groups):
-            raise _bad("groups", "a non-empty list of strings", groups)
-        if len(set(groups)) != len(groups):
-            raise _bad("groups", "unique group names", groups)
-    report = protocol.get("report", {})
-    if not isinstance(report, dict):
-        raise _bad("report", "a table", type(report).__name__)
-    decimals = report.get("decimals", DEFAULT_DECIMALS)
-    if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
-        raise _bad("report.decimals", "an integer 0..12", decimals)
-    plan = protocol.get("schedule_plan", bracket_order.DEFAULT)
-    if not isinstance(plan, dict) or plan.get("kind") not in bracket_order.KINDS:
-        raise _bad("schedule_plan", "a table whose kind is one of " + ", ".join(bracket_order.KINDS),
-                   plan)
-    seq = protocol.get("sequential")
-    if seq is not None and not (isinstance(seq, dict) and kind == "bracket"
-                                and len(references) == 2):
-        raise _bad("sequential", "a budget table on a bracket with two reference arms", seq)
-    return {"schedule_kind": plan["kind"], "sequential": seq,
-            "kind": kind, "metric": metric, "direction": direction, "arms": arms,
-            "references": references, "candidate": candidates[0], "groups": groups,
-            "gate": check_gate(protocol.get("gate")), "decimals": decimals}
+def typed(protocol: Protocol | dict) -> Protocol:
+    """The typed protocol: as given, or protocol.json checked once (Protocol.from_json)."""
+    return protocol if isinstance(protocol, Protocol) else Protocol.from_json(protocol)
 
 
-def check_samples(samples: object, view: dict) -> list[dict]:
-    """Validate sample records against the protocol view; raise UsageError naming the record."""
+def check_samples(samples: object, protocol: Protocol) -> list[dict]:
+    """Validate sample records against the protocol; raise UsageError naming the record."""
     if not isinstance(samples, list):
         raise _bad("(top level)", "a list of records", type(samples).__name__, "samples.jsonl")
-    groups = set(view["groups"])
+    groups = set(protocol.analysis_groups)
+    arm_ids = protocol.arm_ids
     for i, s in enumerate(samples):
         def bad(field: str, expected: str, got: object) -> UsageError:
             return _bad(f"record {i + 1}: {field}", expected, got, "samples.jsonl")
         if not isinstance(s, dict):
             raise bad("(record)", "an object", type(s).__name__)
-        if s.get("arm") not in view["arms"]:
-            raise bad("arm", f"one of {sorted(view['arms'])}", s.get("arm"))
+        if s.get("arm") not in arm_ids:
+            raise bad("arm", f"one of {sorted(arm_ids)}", s.get("arm"))
         if s.get("phase") not in ("warmup", "measured"):
             raise bad("phase", "'warmup' or 'measured'", s.get("phase"))
         seq = s.get("seq", i)
@@ -227,21 +143,21 @@ def _measured_records(samples: list[dict], group) -> list[dict]:
             if s.get("group") == group and s["phase"] == "measured" and s.get("ok", True)]
 
 
-def reference_units(view: dict, samples: list[dict], group) -> list[tuple[int | None, str, list[float]]]:
+def reference_units(view: Protocol, samples: list[dict], group) -> list[tuple[int | None, str, list[float]]]:
     """Reference values in drift units: (block, arm, values) per reference block of a sequential
     schedule in executed order, or per reference arm (interleaved, or samples without blocks)."""
-    records = [s for s in _measured_records(samples, group) if s["arm"] in view["references"]]
-    by_block = view["schedule_kind"] in bracket_order.SEQUENTIAL and records \
+    records = [s for s in _measured_records(samples, group) if s["arm"] in view.references]
+    by_block = view.schedule_plan.kind in bracket_order.SEQUENTIAL and records \
         and all(s.get("block") is not None for s in records)
     if not by_block:
-        return [(None, a, measured_values(samples, a, group)) for a in view["references"]]
+        return [(None, a, measured_values(samples, a, group)) for a in view.references]
     units: dict[int, tuple[int, str, list[float]]] = {}
     for s in records:
         units.setdefault(s["block"], (s["block"], s["arm"], []))[2].append(float(s["value"]))
     return list(units.values())  # insertion order = first seq = executed order
 
 
-def _blocks_json(view: dict, samples: list[dict], group, pooled_median: float | None) -> list[dict]:
+def _blocks_json(view: Protocol, samples: list[dict], group, pooled_median: float | None) -> list[dict]:
     """Per (block, arm): n, median and signed deviation from the pooled reference median."""
     cells: dict[tuple[int, str], list[float]] = {}
     for s in _measured_records(samples, group):
@@ -251,27 +167,27 @@ def _blocks_json(view: dict, samples: list[dict], group, pooled_median: float | 
     for (block, arm), values in cells.items():
         m = stats.summarize(values).median
         delta = None if pooled_median is None or m is None else (m / pooled_median - 1.0) * 100.0
-        out.append({"block": block, "arm": arm, "role": view["arms"][arm]["role"], "n": len(values),
+        out.append({"block": block, "arm": arm, "role": view.arm(arm).role, "n": len(values),
                     "median": m, "delta_pct": delta})
     return out
 
 
-def _paired_json(view: dict, samples: list[dict], group) -> dict:
+def _paired_json(view: Protocol, samples: list[dict], group) -> dict:
     """Wilcoxon signed-rank on candidate/reference pairs (compare, or interleaved brackets)."""
     records = _measured_records(samples, group)
-    cand_id, refs = view["candidate"], set(view["references"])
+    cand_id, refs = view.candidate, set(view.references)
     cand, ref = [], []
-    if view["kind"] == "compare":
+    if view.compares_groups:
         pairing = "request i of the reference arm with request i of the candidate (same group)"
         by_index: dict[int, dict[str, float]] = {}
         for s in records:
             by_index.setdefault(s.get("index", 0), {})[s["arm"]] = float(s["value"])
-        ref_id = view["references"][0]
+        ref_id = view.references[0]
         for i in sorted(by_index):
             if cand_id in by_index[i] and ref_id in by_index[i]:
                 cand.append(by_index[i][cand_id])
                 ref.append(by_index[i][ref_id])
-    elif view["schedule_kind"] == "interleaved":
+    elif view.schedule_plan.kind == "interleaved":
         pairing = "each round's candidate value with the median of its reference values"
         rounds: dict[int, dict[str, list[float]]] = {}
         for s in records:
@@ -292,51 +208,51 @@ def _paired_json(view: dict, samples: list[dict], group) -> dict:
             "statistic": t.statistic, "p_value": t.p_value, "reason": t.reason}
 
 
-def _comparison_json(view: dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
-    gate = view["gate"]
+def _comparison_json(view: Protocol, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
+    gate = view.gate
     if version >= 2:
         units = reference_units(view, samples, group)
         ref_arms = [u[2] for u in units]
     else:
         units = None
-        ref_arms = [measured_values(samples, a, group) for a in view["references"]]
-    cand = measured_values(samples, view["candidate"], group)
-    c = stats.compare(ref_arms, cand, view["direction"], confidence=gate["confidence"],
-                      resamples=gate["bootstrap_resamples"], seed=gate["seed"])
+        ref_arms = [measured_values(samples, a, group) for a in view.references]
+    cand = measured_values(samples, view.candidate, group)
+    c = stats.compare(ref_arms, cand, view.direction, confidence=gate.confidence,
+                      resamples=gate.bootstrap_resamples, seed=gate.seed)
     drift_reason = c.drift_reason
-    if view["kind"] == "compare":
+    if not view.gates_drift:
         drift_reason = "not applicable to compare protocols"
     out = _comparison_v1(view, c, group, drift_reason)
     if version < 2:
         return out
-    bracket = view["kind"] == "bracket" and len(units) > 1
+    bracket = view.gates_drift and len(units) > 1
     if bracket:
         out["drift_arms"] = [units[0][1], units[-1][1]]
-    out["schedule"] = view["schedule_kind"]
+    out["schedule"] = view.schedule_plan.kind
     out["drift_blocks"] = [units[0][0], units[-1][0]] if bracket and units[0][0] is not None else None
     out["blocks"] = _blocks_json(view, samples, group, c.reference.median)
     out["paired_test"] = _paired_json(view, samples, group)
     return out
 
 
-def comparison(view: dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
+def comparison(view: Protocol | dict, samples: list[dict], group, version: int = STATS_VERSION) -> dict:
     """One group's comparison (gain, drift, CI, rank and paired tests) from sample records;
     `calibration` decides simulated brackets through this and `verdict`, as a run does."""
-    return _comparison_json(view, samples, group, version)
+    return _comparison_json(typed(view), samples, group, version)
 
 
-def _comparison_v1(view: dict, c: stats.Comparison, group, drift_reason) -> dict:
+def _comparison_v1(view: Protocol, c: stats.Comparison, group, drift_reason) -> dict:
     return {
         "group": group,
-        "reference_arms": view["references"],
-        "candidate_arm": view["candidate"],
+        "reference_arms": list(view.references),
+        "candidate_arm": view.candidate,
         "pooled_reference": _summary_json(c.reference),
         "candidate": _summary_json(c.candidate),
         "gain_pct": c.gain_pct, "gain_reason": c.gain_reason,
-        "drift_pct": c.drift_pct if view["kind"] == "bracket" else None,
+        "drift_pct": c.drift_pct if view.gates_drift else None,
         "drift_reason": drift_reason,
-        "drift_arms": [view["references"][0], view["references"][-1]]
-        if view["kind"] == "bracket" and len(view["references"]) > 1 else None,
+        "drift_arms": [view.references[0], view.references[-1]]
+        if view.gates_drift and len(view.references) > 1 else None,
         "ci": {"confidence": c.ci.confidence, "low": c.ci.low, "high": c.ci.high,
                "resamples": c.ci.resamples, "seed": c.ci.seed, "degenerate": c.ci.degenerate,
                "reason": c.ci.reason},
@@ -355,12 +271,13 @@ def requests_json(samples: list[dict]) -> dict:
             "cache_hit_requests": sum(1 for h in recorded if h > 0)}
 
 
-def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
+def compute(protocol: Protocol | dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
             version: int = STATS_VERSION) -> dict:
     """Statistics, response identity and verdict for one run: the content of stats.json.
 
     Args:
-        protocol: the resolved protocol (docs/evidence-format.md, protocol.json).
+        protocol: the typed protocol, or protocol.json (docs/evidence-format.md), typed here
+            through Protocol.from_json (the one check of its shape).
         samples: samples.jsonl records, warm-ups included.
         response_bytes: sha256 hex -> the response's bytes (to locate a first differing byte).
         version: the stats.json version to produce (SUPPORTED_VERSIONS; verify passes the
@@ -372,62 +289,63 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     """
     if version not in SUPPORTED_VERSIONS:
         raise _bad("version", f"one of {list(SUPPORTED_VERSIONS)}", version, "stats.json")
-    view = check_protocol(protocol)
+    view = typed(protocol)
     check_samples(samples, view)
     arms = []
-    for group in view["groups"]:
-        for arm_id in [*view["references"][:1], view["candidate"], *view["references"][1:]]:
+    refs = list(view.references)
+    for group in view.analysis_groups:
+        for arm_id in [*refs[:1], view.candidate, *refs[1:]]:
             values = measured_values(samples, arm_id, group)
             s = stats.summarize(values)
-            arms.append({"id": arm_id, "label": view["arms"][arm_id]["label"],
-                         "role": view["arms"][arm_id]["role"], "group": group,
+            arm = view.arm(arm_id)
+            arms.append({"id": arm_id, "label": arm.label, "role": arm.role, "group": group,
                          "values": list(s.values), "n": s.n, "median": s.median, "mad": s.mad,
                          "warmups": sum(1 for x in samples if x["arm"] == arm_id
                                         and x.get("group") == group and x["phase"] == "warmup")})
     out = {
         "schema": STATS_SCHEMA, "version": version,
-        "kind": view["kind"], "metric": view["metric"], "unit": unit_of(view["metric"]),
-        "direction": view["direction"],
-        "gain_name": "gain" if view["direction"] == stats.HIGHER else "lower time",
-        "decimals": view["decimals"], "methods": METHODS if version < 2 else METHODS_V2,
+        "kind": view.kind, "metric": view.metric, "unit": unit_of(view.metric),
+        "direction": view.direction,
+        "gain_name": "gain" if view.direction == stats.HIGHER else "lower time",
+        "decimals": view.decimals, "methods": METHODS if version < 2 else METHODS_V2,
         "arms": arms,
-        "comparisons": [_comparison_json(view, samples, g, version) for g in view["groups"]],
-        "responses": identity.check(samples, set(view["references"]), response_bytes),
+        "comparisons": [_comparison_json(view, samples, g, version) for g in view.analysis_groups],
+        "responses": identity.check(samples, set(view.references), response_bytes),
         "requests": requests_json(samples),
-        "gate": view["gate"],
+        "gate": view.gate.to_json(),
     }
-    if version >= 3 and view["sequential"] is not None:
+    if version >= 3 and view.sequential is not None:
         out["sequential"] = sequential_json(view, samples)
-    out["verdict"] = verdict(out, view["gate"])
+    out["verdict"] = verdict(out, out["gate"])
     return out
 
 
-def sequential_verdict(view: dict, samples: list[dict]) -> sequential.SequentialVerdict:
+def sequential_verdict(view: Protocol, samples: list[dict]) -> sequential.SequentialVerdict:
     """The sequential rule recomputed from a sequential bracket's raw samples."""
-    a, b = view["references"][0], view["references"][-1]
+    a, b = view.references[0], view.references[-1]
     try:
-        blocks = sequential.blocks_from_records(samples, reference_a=a, candidate=view["candidate"],
-                                                reference_b=b, direction=view["direction"])
+        blocks = sequential.blocks_from_records(samples, reference_a=a, candidate=view.candidate,
+                                                reference_b=b, direction=view.direction)
     except ValueError as exc:
         raise _bad("samples", "every block with measured values of every arm", str(exc),
                    "samples.jsonl") from None
-    gate = view["gate"]
-    return sequential.decide(blocks, direction=view["direction"], confidence=gate["confidence"],
-                             min_gain_pct=gate["min_gain_pct"], max_drift_pct=gate["max_drift_pct"])
+    gate = view.gate
+    return sequential.decide(blocks, direction=view.direction, confidence=gate.confidence,
+                             min_gain_pct=gate.min_gain_pct, max_drift_pct=gate.max_drift_pct)
 
 
 STOPS = ("decided", "responses_differ", "max_rounds", "max_seconds")
 
 
-def check_looks(protocol: dict, samples: list[dict], looks: list[dict]) -> list[str]:
+def check_looks(protocol: Protocol | dict, samples: list[dict], looks: list[dict]) -> list[str]:
     """Where a sequential run's looks.jsonl (the looks that drove its stopping) does not follow
     from its samples: every look recomputed (sequential.check_recorded), and the stop justified
     (decided at that look; responses that differ; the round budget; the time budget).
 
     Returns:
         One sentence per problem (empty: the recorded stopping decision follows)."""
-    view = check_protocol(protocol)
-    if view["sequential"] is None:
+    view = typed(protocol)
+    if view.sequential is None:
         return []
     fresh = sequential_verdict(view, samples)
     if not looks or not all(isinstance(x, dict) for x in looks):
@@ -442,8 +360,8 @@ def check_looks(protocol: dict, samples: list[dict], looks: list[dict]) -> list[
     if any(stop is not None for stop in stops[:-1]):
         out.append("a look before the last one records a stop")
     stop, n = stops[-1], len(looks)
-    per_block = max(a["measured"] for a in protocol["arms"])
-    budget = view["sequential"]
+    per_block = max(a.measured or 0 for a in view.arms)
+    budget = view.sequential
     if stop not in STOPS:
         out.append(f"the last look's stop: expected one of {list(STOPS)}, got {stop!r}")
     elif stop == "decided" and fresh.decided_at != n:
@@ -464,10 +382,10 @@ def check_looks(protocol: dict, samples: list[dict], looks: list[dict]) -> list[
     return out
 
 
-def sequential_json(view: dict, samples: list[dict]) -> dict:
+def sequential_json(view: Protocol, samples: list[dict]) -> dict:
     """stats.json's `sequential` table: the rule's blocks, looks and decision, and the budget."""
     out = sequential.verdict_json(sequential_verdict(view, samples))
-    out["budget"] = dict(view["sequential"])
+    out["budget"] = thaw(view.sequential)
     return out
 
 
@@ -537,7 +455,7 @@ def verdict(result: dict, gate: dict) -> dict:
         conds.append(_sequential_condition(result, gate))
     else:
         for comp in result["comparisons"]:
-            conds.extend(_comparison_conditions(comp, gate, result["kind"],
+            conds.extend(_comparison_conditions(comp, gate, traits_of(result["kind"]).gates_drift,
                                                 result.get("gain_name", "gain")))
     failed = [c for c in conds if not c["passed"]]
     out = {"qualified": not failed, "thresholds": gate, "conditions": conds,
@@ -580,7 +498,7 @@ def _sequential_condition(result: dict, gate: dict) -> dict:
     return condition("sequential_bound", None, False, seq["reason"], msg)
 
 
-def _comparison_conditions(comp: dict, gate: dict, kind: str, gain_name: str) -> list[dict]:
+def _comparison_conditions(comp: dict, gate: dict, gates_drift: bool, gain_name: str) -> list[dict]:
     g = comp["group"]
     tag = f" ({g})" if g is not None else ""
     gain, ci = comp["gain_pct"], comp["ci"]
@@ -606,7 +524,7 @@ def _comparison_conditions(comp: dict, gate: dict, kind: str, gain_name: str) ->
         conds.append(condition("gain_meets_min", g, ok, "gain_below_min",
                            f"{gain_name} {_pct(gain)}{tag} {'reaches' if ok else 'is below'} "
                            f"the minimum {_pct(gate['min_gain_pct'])}"))
-    if kind != "bracket":
+    if not gates_drift:
         return conds
     drift = comp["drift_pct"]
     if drift is None:

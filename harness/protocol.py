@@ -4,8 +4,10 @@ The bracket and compare schema (version 1) is documented in protocols/README.md.
 read once (`read_document`) and every kind's schema starts from that `Document`. Validation
 is strict: unknown keys are errors so a typo never passes silently, and every error is one
 line naming the file, the key path (e.g. ``arms[1].env.LUCE_MMVQ_MAX_NCOLS``), what was expected and what
-was found. The resolved protocol is a plain dict (see docs/evidence-format.md,
-protocol.json) with prompts inlined, so evidence never depends on files outside itself.
+was found. The result is typed once (protocol_model.Protocol, frozen dataclasses); its
+`to_json()` is protocol.json (docs/evidence-format.md) with prompts inlined, so evidence never
+depends on files outside itself. A kind's rules here come from its traits
+(protocol_model.TRAITS), never from asking its name.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any
 from . import bracket_order
 from .checker import Checker, join_key, one_of
 from .errors import UsageError
+from .protocol_model import TRAITS, Protocol
 from .targets import options as target_options
 from .targets.options import HTTP_KINDS, parse_argv, parse_server_argv, parse_url
 
@@ -29,7 +32,7 @@ from .targets.options import HTTP_KINDS, parse_argv, parse_server_argv, parse_ur
 #   1 — first version: bracket and compare kinds, embedded target, [[prompts]], [[arms]].
 SCHEMA_VERSION = 1
 
-KINDS = ("bracket", "compare")
+KINDS = tuple(TRAITS)  # ("bracket", "compare")
 # metric -> direction (which way is better)
 METRICS = {"prefill_tok_s": "higher", "prefill_ms": "lower", "decode_tok_s": "higher",
            "total_ms": "lower"}
@@ -46,11 +49,14 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class LoadedProtocol:
-    """A validated protocol: the resolved dict, the file's original bytes and where it came from."""
+    """A validated protocol: the resolved dict (protocol.json), the file's original bytes, where
+    it came from, and the typed protocol (protocol_model.Protocol for bracket/compare; a kind's
+    own frozen dataclass, e.g. ExactnessProtocol, for others)."""
 
     resolved: dict[str, Any]
     source_bytes: bytes
     path: str
+    protocol: Any = None
 
 
 # --------------------------------------------------------------------------- locating files
@@ -127,6 +133,14 @@ def load(spec: str | None = None, *, warmups: int | None = None,
     return from_document(read_document(spec), warmups=warmups, measured=measured)
 
 
+def from_toml(spec: str | None = None, *, warmups: int | None = None,
+              measured: int | None = None) -> Protocol:
+    """The typed protocol of a bracket or compare TOML file (load(...).protocol)."""
+    typed = load(spec, warmups=warmups, measured=measured).protocol
+    assert isinstance(typed, Protocol)  # from_document always types it
+    return typed
+
+
 def from_document(document: Document, *, warmups: int | None = None,
                   measured: int | None = None) -> LoadedProtocol:
     """The bracket/compare schema: validate and resolve a read document, apply overrides."""
@@ -145,7 +159,9 @@ def from_document(document: Document, *, warmups: int | None = None,
     problem = bracket_order.check(resolved)
     if problem:
         raise UsageError(problem, file=display, field="schedule")
-    return LoadedProtocol(resolved=resolved, source_bytes=document.raw, path=str(document.path))
+    typed = Protocol.from_json(resolved)
+    return LoadedProtocol(resolved=typed.to_json(), source_bytes=document.raw,
+                          path=str(document.path), protocol=typed)
 
 
 def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
@@ -188,7 +204,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "target": target, "max_tokens": measure["max_tokens"], "cache": measure["cache"],
         "timeouts": measure["timeouts"], "prompts": prompts,
         **({"sequential": measure["sequential"]} if measure["sequential"] else {}),
-        "groups": [p["id"] for p in prompts] if kind == "compare" else [],
+        "groups": [p["id"] for p in prompts] if TRAITS[kind].compares_groups else [],
         "arms": arms, "schedule": schedule, "schedule_plan": schedule_plan, "gate": gate,
         "warnings": warnings, **extra,
     }
@@ -286,7 +302,7 @@ def _sequential(ck: Checker, m: dict, kind: str) -> dict | None:
 def _prompts(ck: Checker, items, kind: str, base_dir: Path) -> list[dict]:
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         ck.fail("prompts", "a non-empty array of tables ([[prompts]])", items)
-    if kind == "bracket" and len(items) != 1:
+    if not TRAITS[kind].compares_groups and len(items) != 1:
         ck.fail("prompts", "exactly one prompt for a bracket protocol",
                 found=f"{len(items)} prompts")
     out, seen = [], set()
@@ -398,11 +414,11 @@ def _arms(ck: Checker, items, kind: str, measure: dict, target_kind: str) -> lis
         out.append(arm)
     roles = [a["role"] for a in out]
     if roles.count("candidate") != 1 or roles.count("reference") < 1:
-        expected = ("one reference and one candidate arm" if kind == "compare"
+        expected = ("one reference and one candidate arm" if TRAITS[kind].compares_groups
                     else "one candidate arm and at least one reference arm")
         ck.fail("arms", expected, found=f"{roles.count('reference')} reference and "
                 f"{roles.count('candidate')} candidate arms")
-    if kind == "compare" and len(out) != 2:
+    if TRAITS[kind].compares_groups and len(out) != 2:
         ck.fail("arms", "exactly two arms (main and pr) for a compare protocol",
                 found=f"{len(out)} arms")
     return out
@@ -455,7 +471,7 @@ def _schedule(ck: Checker, schedule, arms: list[dict], kind: str) -> tuple[list[
         ck.fail("schedule", "an array of arm ids, a schedule name or a table", schedule)
     ck.table(schedule, "schedule", {"kind", "order", "seed", "rounds"})
     name = ck.string(schedule.get("kind", "ABA"), "schedule.kind", choices=bracket_order.KINDS)
-    if kind == "compare" and name not in ("ABA", "interleaved"):
+    if TRAITS[kind].compares_groups and name not in ("ABA", "interleaved"):
         ck.fail("schedule.kind", '"interleaved" for a compare protocol (its arms always '
                 'alternate request by request)', name)
     for key in ("seed", "rounds"):
@@ -467,7 +483,7 @@ def _schedule(ck: Checker, schedule, arms: list[dict], kind: str) -> tuple[list[
         plan["seed"] = ck.integer(schedule.get("seed", 0), "schedule.seed", lo=0, hi=2**63 - 1)
         plan["rounds"] = ck.integer(schedule.get("rounds", bracket_order.DEFAULT_ROUNDS),
                                     "schedule.rounds", lo=1, hi=1000)
-    if kind == "compare":  # compare protocols always interleave their two arms
+    if TRAITS[kind].compares_groups:  # compare protocols always interleave their two arms
         plan = {"kind": "interleaved", "seed": None, "rounds": 1}
     order = schedule.get("order")
     path = "schedule" if "kind" not in schedule else "schedule.order"

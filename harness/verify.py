@@ -69,6 +69,28 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+def not_evidence(directory: Path) -> str | None:
+    """Why `directory` is not an evidence directory at all (one line), or None when it holds a
+    manifest.json (then `verify` checks it). Unsealed runs (INCOMPLETE, or DIR.partial beside
+    a missing DIR) are named with their reason."""
+    directory = Path(directory)
+    if os.path.lexists(directory / MANIFEST):
+        return None
+    partial = directory.parent / (directory.name + ".partial")  # "." has no name: no sibling
+    if directory.name and not os.path.lexists(directory) and os.path.isdir(partial):
+        why = incomplete_reason(partial) or "incomplete"
+        return (f"{printable(str(directory))} is not an evidence directory: it does not exist, but "
+                f"{printable(str(partial))} is an unsealed run ({printable(why)}; no manifest.json)")
+    if not os.path.isdir(directory):
+        return f"{printable(str(directory))}: " + (
+            "not a directory" if os.path.lexists(directory) else "does not exist")
+    reason = incomplete_reason(directory)
+    if reason:
+        return (f"{printable(str(directory))} is an unsealed run, not sealed evidence "
+                f"({printable(reason)}; no manifest.json)")
+    return f"{printable(str(directory))} is not an evidence directory (no manifest.json)"
+
+
 def verify(evidence_dir: Path) -> VerifyResult:
     """Check one evidence directory; return every problem found (never raises)."""
     evidence_dir = Path(evidence_dir)

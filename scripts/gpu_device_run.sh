@@ -46,8 +46,10 @@ grep -h "CPU vs GPU" "$OUT/tests.log" | head -1 | tee -a "$summary"
 
 if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu/kernels_bench.cu" ]; then
   echo "[$(stamp)] kernel bench"
-  if nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/csrc" "$repo/bench/gpu/kernels_bench.cu" \
-      "$repo/csrc/cuda/q8_kernels.cu" "$repo/csrc/q8_0.cpp" -o ./gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
+  if cmake -S "$repo" -B ./build-bench -G Ninja -DDQ_CUDA=ON -DDQ_GPU_BENCH=ON -DCMAKE_BUILD_TYPE=Release \
+      -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" >>"$OUT/bench.log" 2>&1 &&
+     cmake --build ./build-bench --target gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
+    cp ./build-bench/gpu_kernels_bench ./gpu_kernels_bench
     timeout 240 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
     note "kernel bench: exit $? (bench.log, kernels_bench.json)"
     # Acceptance 1 of issue #9: the MMVQ against cuBLAS bf16 at the same two shapes (torch needed).
@@ -67,7 +69,8 @@ fi
 
 echo "[$(stamp)] ds4-gpu prefill bench"
 md=$(mktemp)
-timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" >>"$OUT/bench.log" 2>&1
+timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" \
+  --kernels-json "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
 note "bench/gpu/prefill.py: exit $?"
 
 if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; then

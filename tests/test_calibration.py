@@ -120,7 +120,7 @@ def test_power_detects_a_large_effect_on_quiet_noise():
 def test_fast_decision_equals_the_full_comparison(kind):
     """_qualifies skips the bootstrap only when another condition already fails."""
     base = protocol.load("exact-bands-quick").resolved
-    view = analysis.check_protocol({**base, "schedule_plan": {"kind": kind, "seed": None,
+    view = analysis.typed({**base, "schedule_plan": {"kind": kind, "seed": None,
                                                                 "rounds": 2 if kind == "ABBA" else 1}})
     rng = np.random.default_rng(0)
     order = {"ABA": ["A", "cand", "B"], "ABBA": ["A", "cand", "B", "B", "cand", "A"],

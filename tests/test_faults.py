@@ -164,9 +164,11 @@ def assert_failed(fault: Fault, reason: str, incomplete: str | None = None) -> s
         (incomplete is None and marker.startswith("failed: ") and reason in marker), marker
     verify = subprocess.run([EXE, "verify", str(d)], capture_output=True, text=True,
                             timeout=LIMIT_S)
-    assert verify.returncode == 1, verify.stdout + verify.stderr
-    assert f"{d}: incomplete: {marker}" in verify.stdout, verify.stdout
-    assert "INVALID" in verify.stdout and "Traceback" not in verify.stderr
+    # not sealed evidence: a user error (exit 2) in one line that names the unsealed run and why
+    assert verify.returncode == 2, verify.stdout + verify.stderr
+    assert verify.stderr.count("\n") == 1 and not verify.stdout, verify.stdout + verify.stderr
+    assert f"{d} is an unsealed run, not sealed evidence (incomplete: " in verify.stderr
+    assert marker.splitlines()[0] in verify.stderr and "Traceback" not in verify.stderr
     return marker
 
 

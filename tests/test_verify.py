@@ -239,3 +239,35 @@ def test_non_utf8_and_newline_names_print_on_one_line(sealed):
     assert result.exit_code == 1 and result.exception is not None  # SystemExit(1)
     assert f"{sealed}/bad\\xff\\x0aname: extra file (on disk, not listed in manifest.json)\n" \
         in result.output
+
+
+def test_cli_not_evidence_says_so_at_once(tmp_path):
+    """A directory without manifest.json is a user error (exit 2) named in one line, before
+    any scan: no file of the tree is listed; an unsealed run says why it is unsealed."""
+    runner = CliRunner()
+    tree = tmp_path / "src"
+    for i in range(5):
+        (tree / f"d{i}").mkdir(parents=True)
+        (tree / f"d{i}" / "file.py").write_text("x")
+    out = runner.invoke(main, ["verify", str(tree)])
+    assert out.exit_code == 2
+    assert out.output == f"error: {tree} is not an evidence directory (no manifest.json)\n"
+
+    partial = ef.build(tmp_path / "ev", seal=False)
+    out = runner.invoke(main, ["verify", str(partial)])
+    assert out.exit_code == 2 and out.output.count("\n") == 1
+    assert out.output == (f"error: {partial} is an unsealed run, not sealed evidence "
+                          f"(incomplete: running; no manifest.json)\n")
+
+    sealed_name = partial.with_name(partial.name.removesuffix(".partial"))
+    if sealed_name != partial:
+        out = runner.invoke(main, ["verify", str(sealed_name)])
+        assert out.exit_code == 2 and out.output.count("\n") == 1
+        assert f"{partial} is an unsealed run (incomplete: running" in out.output
+
+    out = runner.invoke(main, ["verify", str(tmp_path / "absent")])
+    assert out.exit_code == 2 and out.output == f"error: {tmp_path / 'absent'}: does not exist\n"
+    for odd in ("", ".", "x" * 5000, "a\x00b"):   # names the OS refuses never raise
+        out = runner.invoke(main, ["verify", odd])
+        assert out.exit_code == 2 and out.output.startswith("error: "), (odd[:20], out.output)
+        assert out.exception is None or isinstance(out.exception, SystemExit)

@@ -7,7 +7,8 @@ the byte ceiling (counted weight bytes per token of q1 / of the band), the fract
 ceiling reached, and q1's effective weight bandwidth (counted bytes / prefill time) against
 the machine's read-bandwidth probe taken with the same thread count. Each thread count in
 --threads (default 1 and 2: on a shared 2-core box one thread is often the fairer figure) is
-measured in turn and printed as its own table. Targets: q4 >= 85% of its ceiling; q1 >= 70% of the probe.
+measured in turn and printed as its own table. Targets (issue #25): q4 >= 90% of its ceiling; q1 >= 85%
+of the probe. DQ_SIMD_PATH (scalar, avx2, avx512vnni) forces the kernels' instruction-set path.
 All modes must produce bitwise-identical logits (checked).
 
 The target figures are paired per round: each round takes a probe, then q1, q2, q3 and q4 back
@@ -32,6 +33,7 @@ from dflash_qualify.harness.stats import median_ci
 TEXT = ("Exact prefill bands let an engine read each weight block once for several prompt tokens "
         "while every token is still reduced in exactly the order a one-token step would use. ")
 MODES = (1, 2, 3, 4)
+TARGET_Q1, TARGET_Q4 = 0.85, 0.90  # issue #25: q1 / probe, q4 / byte ceiling
 
 
 def prompt_tokens(n: int) -> list[int]:
@@ -95,7 +97,7 @@ def measure(model: str, tokens: int, threads: int | None, repeats: int, engine: 
             "build_s": build_s, "simd_path": _core.kernels.simd_path(), "weight_bytes_total": eng.weight_bytes_total,
             "probe_gbs": probe, "probe_samples_gbs": probes, "q1_weight_gbs": q1_gbs, "q1_frac_of_probe": q1_gbs / probe,
             "paired_q1_frac_of_probe": _interval(q1_paired), "modes": rows,
-            "targets": {"q4_frac_of_ceiling_min": 0.85, "q1_frac_of_probe_min": 0.70}}
+            "targets": {"q4_frac_of_ceiling_min": TARGET_Q4, "q1_frac_of_probe_min": TARGET_Q1}}
 
 
 def _interval(values: list[float]) -> dict:
@@ -120,10 +122,10 @@ def print_table(r: dict) -> None:
               f"{m['ceiling']:>8.2f}x{m['frac_of_ceiling'] * 100:>8.1f}%{m['weight_gbs']:>8.2f}")
     q4 = r["modes"]["q4"]
     print(f"q1 weight bandwidth / read probe, paired per round: {_fmt_interval(r['paired_q1_frac_of_probe'])} "
-          f"(target >= 70%); pooled medians {r['q1_weight_gbs']:.2f} / {r['probe_gbs']:.2f} GB/s "
+          f"(target >= {TARGET_Q1:.0%}); pooled medians {r['q1_weight_gbs']:.2f} / {r['probe_gbs']:.2f} GB/s "
           f"= {r['q1_frac_of_probe'] * 100:.1f}% (probes {', '.join(f'{p:.1f}' for p in r['probe_samples_gbs'])})")
     print(f"q4 speedup / ceiling {q4['ceiling']:.2f}x, paired per round: {_fmt_interval(q4['paired_frac_of_ceiling'])} "
-          f"(target >= 85%); pooled medians {q4['speedup']:.2f}x = {q4['frac_of_ceiling'] * 100:.1f}%")
+          f"(target >= {TARGET_Q4:.0%}); pooled medians {q4['speedup']:.2f}x = {q4['frac_of_ceiling'] * 100:.1f}%")
     print("per-token op time (us/token, median):")
     for name, m in r["modes"].items():
         print(f"  {name}: " + "  ".join(f"{k} {v:.0f}" for k, v in m["op_us_per_token"].items()))

@@ -1,13 +1,16 @@
 // GPU kernel bench: checks, then timings, of csrc/cuda/q8_kernels (quantize_q8, narrow MMVQ, MMQ).
 //
 // Usage: gpu_kernels_bench OUT.json [--reps N] [--time-even-if-failed]
-// Build (one line): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc
-//          bench/gpu/kernels_bench.cu csrc/cuda/q8_kernels.cu csrc/q8_0.cpp -o gpu_kernels_bench
+// Build: the CMake target gpu_kernels_bench (option DQ_GPU_BENCH; CMakeLists.txt shows the
+//        two commands; scripts/gpu_device_run.sh runs them).
 //
 // Checks (every one must pass before anything is timed; exit code 1 otherwise):
 //   quantize_q8      bytes and scales bitwise equal to quantize_row_q8_0_ref (random, specials).
 //   mmvq bitwise     for every config and ncols 1..8, column j == the 1-column default call on
 //                    column j, bit for bit; every output written (outputs poisoned first).
+//   mmvq grouped     every column of a grouped call (three matrices, slots of 1..4 columns,
+//                    activation rows permuted, one slot past n skipped) == the 1-column default
+//                    call of its matrix on its activation row, bit for bit.
 //   mmvq / mmq ref   ||y - ref|| / ||ref|| < kRelTol against a float64 reference of the same
 //                    quantized operands (float32 accumulation over <= 512 blocks lands near 1e-7).
 // Timing: W is 16384 x 16384 Q8_0 (256 MiB qs + 16 MiB scales), three such matrices rotated so no
@@ -458,6 +461,84 @@ int run(int argc, char** argv) {
         x.ncols = 0;
         try { dq::cuda::mmq(w, x, y, nullptr); } catch (const std::invalid_argument&) { ++thrown; }
         check(thrown == 3, "bad shapes throw std::invalid_argument (cols % 32, ncols 9, ncols 0)");
+    }
+    {
+        // Grouped MMVQ (the MoE dispatch) against 1-column calls, at the ds4-gpu expert shapes
+        // (4096 columns: 4 warps per row; 2048: 2) and a ds4-tiny one (128: 1 warp per row).
+        const int shapes_g[][2] = {{512, 4096}, {256, 2048}, {256, 128}};
+        for (const auto& sh : shapes_g) {
+            const int rows = sh[0], cols = sh[1], nmat = 3;
+            std::vector<DevQ8W> mats;
+            std::vector<const int8_t*> qs;
+            std::vector<const uint16_t*> ds;
+            for (int m = 0; m < nmat; ++m) {
+                mats.push_back(upload(make_host_weights(rows, cols, rng)));
+                qs.push_back(mats.back().qs);
+                ds.push_back(mats.back().d);
+            }
+            const Acts a = make_acts(8, cols, rng, false);
+            const int8_t** dqs = dalloc<const int8_t*>(nmat);
+            const uint16_t** dds = dalloc<const uint16_t*>(nmat);
+            CK(cudaMemcpy(dqs, qs.data(), sizeof(void*) * nmat, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dds, ds.data(), sizeof(void*) * nmat, cudaMemcpyHostToDevice));
+            for (int max_count : {1, 4}) {
+                // Slots (mat, base, count); S = 4, n = 3 (the fourth is past n and must not run).
+                const int S = 4, n = 3;
+                const int mat[S] = {2, 0, 1, 1};
+                const int cnt[S] = {max_count, max_count == 1 ? 1 : 3, max_count == 1 ? 1 : 2, 1};
+                int base[S], ncol = 0;
+                for (int i = 0; i < S; ++i) {
+                    base[i] = ncol;
+                    ncol += cnt[i];
+                }
+                std::vector<int32_t> table(1 + 3 * S);
+                table[0] = n;
+                for (int i = 0; i < S; ++i) {
+                    table[1 + i] = mat[i];
+                    table[1 + S + i] = base[i];
+                    table[1 + 2 * S + i] = cnt[i];
+                }
+                std::vector<int32_t> xrow(ncol);
+                for (int c = 0; c < ncol; ++c) xrow[c] = (5 * c + 3) % 8;
+                int32_t* dtable = dalloc<int32_t>(table.size());
+                int32_t* dxrow = dalloc<int32_t>(xrow.size());
+                CK(cudaMemcpy(dtable, table.data(), 4 * table.size(), cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dxrow, xrow.data(), 4 * xrow.size(), cudaMemcpyHostToDevice));
+                const size_t ny = size_t(ncol) * rows;
+                float* dy = dalloc<float>(ny);
+                std::vector<uint32_t> poison(ny, kPoison);
+                CK(cudaMemcpy(dy, poison.data(), ny * 4, cudaMemcpyHostToDevice));
+                dq::cuda::mmvq_grouped(dq::cuda::Q8Group{dqs, dds, rows, cols}, dtable, S, S, max_count, dxrow, a.qs,
+                                       a.d, dy, nullptr);
+                CK(cudaDeviceSynchronize());
+                std::vector<uint32_t> y(ny);
+                CK(cudaMemcpy(y.data(), dy, ny * 4, cudaMemcpyDeviceToHost));
+                size_t bad = 0;
+                for (int i = 0; i < S; ++i)
+                    for (int c = 0; c < cnt[i]; ++c) {
+                        const int col = base[i] + c;
+                        const auto ref = run_to_host(0, mats[mat[i]].view(), a.view(1, xrow[col]), nullptr);
+                        for (int r = 0; r < rows; ++r) {
+                            const uint32_t got = y[size_t(col) * rows + r];
+                            if (i < n ? got != fbits(ref[r]) : got != kPoison) ++bad;
+                        }
+                    }
+                check(bad == 0, "mmvq grouped " + std::to_string(rows) + "x" + std::to_string(cols) + " max_count " +
+                                    std::to_string(max_count) + ": every column bitwise == 1-column call, slot past n "
+                                    "untouched (" + std::to_string(bad) + " bad)");
+                CK(cudaFree(dtable));
+                CK(cudaFree(dxrow));
+                CK(cudaFree(dy));
+            }
+            for (DevQ8W& m : mats) {
+                CK(cudaFree(m.qs));
+                CK(cudaFree(m.d));
+            }
+            CK(cudaFree(dqs));
+            CK(cudaFree(dds));
+            CK(cudaFree(a.qs));
+            CK(cudaFree(a.d));
+        }
     }
     struct Shape { int rows, cols; };
     const Shape shapes[] = {{37, 96}, {129, 800}, {1000, 4096}, {515, 11008}, {64, 512}, {200, 2048}, {77, 3072}};

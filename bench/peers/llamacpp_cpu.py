@@ -1,4 +1,4 @@
-"""Peer comparison: llama.cpp (llama-cpp-python) on a random-weight Q8_0 llama GGUF built here.
+"""Peer model for the llama.cpp comparison: a random-weight Q8_0 llama GGUF sized to ds4-mini.
 
 The GGUF is written locally with the `gguf` package (nothing is downloaded): llama architecture,
 d_model 1024 like ds4-mini, 6 layers, full-width K/V heads, a feed-forward width chosen so that
@@ -7,16 +7,12 @@ bytes per token of a ds4-mini q1 step; random int8 quants with scales that keep 
 a minimal byte-level vocab (256 byte tokens in GPT-2's byte-to-unicode spelling, BOS, EOS, and
 one merge, since llama.cpp's BPE loader requires merges). Token ids are fed directly.
 
-Measured beside ours with the same thread count: single-token decode (1 column per weight read)
-and a 128-token prefill with n_ubatch = 4 (4 columns per weight read). Effective weight GB/s =
-matmul weight bytes per step x steps / time. Install with `pip install -e .[peer]` (build
-llama-cpp-python from source with CMAKE_ARGS as in the README); without it the section is skipped.
+The measurement is bench/peers/llamacpp_bench.py (llama.cpp's llama-bench, built natively by
+scripts/build_llamacpp.sh); run() is the suite's peer section over it. Needs the `gguf` package
+(extra `peer`); without it the section is skipped.
 """
 from __future__ import annotations
 
-import statistics
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +26,8 @@ DECODE_STEPS = 32
 def _missing() -> str | None:
     try:
         import gguf  # noqa: F401
-        import llama_cpp  # noqa: F401
     except ImportError as exc:
-        return (f"the optional extra `peer` is not installed ({exc.name} missing): "
-                "CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF "
-                "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF\" pip install -e '.[peer]'")
+        return f"the optional extra `peer` is not installed ({exc.name} missing): pip install -e '.[peer]'"
     return None
 
 
@@ -127,80 +120,27 @@ def build_gguf(path: Path, ffn: int, seed: int = 0) -> int:
     return vocab
 
 
-def _measure_llama(path: Path, threads: int, bytes_per_step: int, repeats: int, vocab: int) -> dict:
-    """One llama.cpp context at a time: an idle context's worker threads spin and would steal
-    the cores from the one being timed (two live contexts made decode ~30x slower here)."""
-    import llama_cpp
-
-    rng = np.random.default_rng(1)
-    prompt = [int(t) for t in rng.integers(0, 256, size=PROMPT)]
-
-    def load(n_ubatch: int):
-        return llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=PROMPT, n_ubatch=n_ubatch,
-                               n_threads=threads, n_threads_batch=threads, verbose=False, seed=0)
-
-    dec_s, pre_s = [], []
-    llm = load(PROMPT)
-    for rep in range(repeats + 1):  # first round is the warm-up
-        llm.reset()
-        llm.eval(prompt)
-        t0 = time.perf_counter()
-        for j in range(DECODE_STEPS):
-            llm.eval([prompt[j % PROMPT]])
-        if rep:
-            dec_s.append((time.perf_counter() - t0) / DECODE_STEPS)
-    llm.close()
-    del llm
-    llm = load(4)
-    for rep in range(repeats + 1):
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        if rep:
-            pre_s.append((time.perf_counter() - t0) / (PROMPT / 4))
-    llm.close()
-    del llm
-    d, p = statistics.median(dec_s), statistics.median(pre_s)
-    return {"engine": "llama.cpp", "threads": threads, "gbs_1": bytes_per_step / d / 1e9,
-            "gbs_4": bytes_per_step / p / 1e9, "tok_s_1": 1.0 / d, "tok_s_4": 4.0 / p,
-            "decode_step_s": dec_s, "ubatch4_step_s": pre_s}
-
-
-def run(suite_out: dict, threads: list[int], quick: bool = False, repeats: int = 3) -> dict:
-    """Peer section of the suite: llama.cpp next to our decode (1 column) and q4 prefill (4 columns)."""
+def run(suite_out: dict, threads: list[int], quick: bool = False, repeats: int = 1) -> dict:
+    """Peer section of the suite: bench/peers/llamacpp_bench.py (llama-bench, interleaved with
+    our q1 and q4 on ds4-mini) for one round per thread count."""
     why = _missing()
     if why:
         print(f"peer: skipped: {why}")
         return {"skipped": why}
     if quick or suite_out.get("model") != "ds4-mini":
         return {"skipped": "quick run (the peer is sized to ds4-mini)"}
-    import llama_cpp
+    from . import llamacpp_bench
 
-    key = next((k for k in suite_out["prefill"] if k.startswith(f"{PROMPT}/")), None)
-    if key is None:
-        return {"skipped": f"needs the {PROMPT}-token ds4-mini prefill section"}
-    q1_bpt = suite_out["prefill"][key]["modes"]["q1"]["bytes_per_token"]
-    ffn = ffn_width(q1_bpt, 259)
-    step_bytes = matmul_bytes(ffn, 259)
+    r = llamacpp_bench.measure(list(threads), max(repeats, 1), llamacpp_bench.llama_bin(None))
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dq-peer-") as tmp:
-        path = Path(tmp) / "peer-q8_0.gguf"
-        vocab = build_gguf(path, ffn)
-        assert vocab == 259
-        for t in threads:
-            ours_p = suite_out["prefill"].get(f"{PROMPT}/t{t}")
-            ours_d = suite_out["decode"].get(f"t{t}")
-            print(f"peer: llama.cpp {t} thread(s)")
-            row = _measure_llama(path, t, step_bytes, repeats, vocab)
-            rows.append(row)
-            if ours_p and ours_d:
-                q4 = ours_p["modes"]["q4"]
-                rows.append({"engine": "dflash ds4-mini", "threads": t, "gbs_1": ours_d["weight_gbs"],
-                             "gbs_4": q4["weight_gbs"], "tok_s_1": ours_d["tok_s"], "tok_s_4": q4["tok_s"]})
-                row["ours_over_llamacpp_1"] = ours_d["weight_gbs"] / row["gbs_1"]
-                row["ours_over_llamacpp_4"] = q4["weight_gbs"] / row["gbs_4"]
-    desc = (f"llama-cpp-python {llama_cpp.__version__}, random Q8_0 llama GGUF: d_model {D_MODEL}, {N_LAYERS} layers, "
-            f"ffn {ffn}, vocab 259; {step_bytes / 1e6:.2f} MB of matmul weights per step vs ds4-mini q1 "
-            f"{q1_bpt / 1e6:.2f} MB/token. 1 column: llama.cpp single-token decode after a {PROMPT}-token prompt vs "
-            f"our decode; 4 columns: llama.cpp {PROMPT}-token prefill with n_ubatch=4 vs our exact q4 bands.")
-    return {"description": desc, "ffn": ffn, "step_bytes": step_bytes, "ds4_q1_bytes_per_token": q1_bpt, "rows": rows}
+    for t, samples in r["per_threads"].items():
+        s = samples[-1]
+        rows.append({"engine": "llama.cpp (llama-bench)", "threads": int(t), "gbs_1": s["llama_ub1_gbs"],
+                     "gbs_4": s["llama_ub4_gbs"], "tok_s_1": s["llama_ub1_tok_s"], "tok_s_4": s["llama_ub4_tok_s"],
+                     "ours_over_llamacpp_1": s["ratio_q1_ub1"], "ours_over_llamacpp_4": s["ratio_q4_ub4"]})
+        rows.append({"engine": "dflash ds4-mini", "threads": int(t), "gbs_1": s["ours_q1_gbs"],
+                     "gbs_4": s["ours_q4_gbs"], "tok_s_1": s["ours_q1_tok_s"], "tok_s_4": s["ours_q4_tok_s"]})
+    desc = (f"llama-bench ({r['llama_simd']}), random Q8_0 llama GGUF, ffn {r['ffn']}; 1 column: our q1 prefill vs "
+            f"`-ub 1`, 4 columns: our q4 bands vs `-ub 4`, {llamacpp_bench.PROMPT}-token prompt, bytes as read "
+            "(bench/peers/llamacpp_bench.py states the rule)")
+    return {"description": desc, "ffn": r["ffn"], "raw": r, "rows": rows}

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@ std::string unavailable_reason();
 struct GpuModelImpl;
 struct GpuSessionImpl;
 
+// What a prefill's steps cost the host (benches report them per step): kernels run on the GPU,
+// host launch calls (a replayed graph is one), and host synchronizations inside steps (the MoE
+// table read back by launched steps; graphed steps have none).
+struct GpuPrefillCounts {
+    long long steps = 0, graph_steps = 0, kernels = 0, host_launches = 0, host_syncs = 0;
+    std::map<std::string, double> op_us;  // DQ_GPU_OP_TIMING=1: GPU time per launch site (us)
+};
+
 class GpuModel {
 public:
     // Builds the weights on the CPU (threads), converts them to SoA Q8_0 and uploads them once.
@@ -33,6 +42,7 @@ public:
     double upload_seconds() const;  // SoA conversion + host-to-device copies
     size_t weight_bytes_total() const;  // Q8_0 bytes (34 per 32 weights), same as the CPU count
     std::string device_name() const;
+    GpuPrefillCounts last_prefill_counts() const;  // of the latest prefill of any session
     GpuModelImpl& impl() const { return *impl_; }
 
 private:

@@ -1,19 +1,23 @@
 // The DS4-mini forward on the GPU: weights uploaded once (SoA Q8_0), state resident on the
 // device, one step of w tokens mirroring Model::forward (model_forward.cpp) op by op. Matmuls go
 // through narrow MMVQ (ncols <= mmvq_max_ncols) or MMQ (q8_kernels.cuh), exactly the CPU's
-// Matmul rule; MoE experts run grouped on only their routed columns after one host readback
-// of the route ids per layer.
+// Matmul rule. Routing, the MoE dispatch, positions and counts live in device memory, so an
+// exact MMVQ step (q1 or a band) is one CUDA graph per step width, captured once and replayed
+// at every position with no host read-back; other steps (approximate, MMQ fallback, op timing)
+// are launched one by one, reading the MoE table back once per layer.
 #include "gpu_engine.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "common/engine_rules.h"
 #include "gpu_ops.cuh"
 #include "model_attention.h"
 #include "model_ops.h"
@@ -80,7 +84,11 @@ struct DevLayer {
     DevQ8 w_proj, w_o, shared_w13, shared_w2;
     std::vector<DevQ8> exp_w13, exp_w2;
     DevHC hc_attn, hc_ffn;
+    // The grouped MoE products' matrix tables (device arrays; 0 the shared expert, 1 + e expert e).
+    cuda::Q8Group up{}, down{};
 };
+
+struct GpuSessionImpl;
 
 struct GpuModelImpl {
     ModelConfig cfg;
@@ -93,6 +101,10 @@ struct GpuModelImpl {
     size_t q8_bytes = 0;
     double build_s = 0, upload_s = 0;
     std::string device;
+    // Buffers (and captured graphs) of ended sessions, for the next sessions; freed with the model.
+    std::mutex spare_mu;
+    std::vector<GpuSessionImpl*> spare;
+    mutable GpuPrefillCounts last_counts;  // guarded by mu
 
     DevQ8 upload_q8(const QMatrix& m) {
         const QMatrixView v = m.view();
@@ -187,6 +199,19 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
         }
         D.hc_attn = m.upload_hc(L.hc_attn);
         D.hc_ffn = m.upload_hc(L.hc_ffn);
+        auto table = [&](const DevQ8& shared, const std::vector<DevQ8>& ex) {
+            std::vector<const int8_t*> qs{shared.qs};
+            std::vector<const uint16_t*> d{shared.d};
+            for (const DevQ8& e : ex) {
+                if (e.rows != shared.rows || e.cols != shared.cols)
+                    throw std::invalid_argument("the experts and the shared expert must have one shape");
+                qs.push_back(e.qs);
+                d.push_back(e.d);
+            }
+            return cuda::Q8Group{m.arena.upload(qs), m.arena.upload(d), shared.rows, shared.cols};
+        };
+        D.up = table(D.shared_w13, D.exp_w13);
+        D.down = table(D.shared_w2, D.exp_w2);
     }
     // RoPE tables exactly as Model::Model computes them.
     const int half = c.rope_dim / 2;
@@ -204,78 +229,127 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     m.upload_s = double(now_ns() - t0) * 1e-9;
 }
 
-GpuModel::~GpuModel() {
-    if (impl_ && impl_->stream) cudaStreamDestroy(impl_->stream);
-}
-
 const ModelConfig& GpuModel::config() const { return impl_->cfg; }
 double GpuModel::build_seconds() const { return impl_->build_s; }
 double GpuModel::upload_seconds() const { return impl_->upload_s; }
 size_t GpuModel::weight_bytes_total() const { return impl_->q8_bytes; }
 std::string GpuModel::device_name() const { return impl_->device; }
+GpuPrefillCounts GpuModel::last_prefill_counts() const {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    return impl_->last_counts;
+}
 
 struct DevLayerState {
     int ratio = 0;
     float *window = nullptr, *comp_kv = nullptr, *comp_score = nullptr, *compressed = nullptr;
-    int n_compressed = 0;
+    int n_compressed = 0;  // host mirror of the device count (ctl[1 + l])
 };
 
-struct GpuSessionImpl;
+// With DQ_GPU_OP_TIMING=1 (profiling only): CUDA events around each op on the stream; after one
+// synchronize at the end of the step, each op's GPU time goes to stats.op_ns[family] and to the
+// prefill counts by launch site. Those steps are launched, not replayed (the events sit between
+// the launches), so the sum is close to, not equal to, a graph step's time.
+struct OpTimer {
+    cudaStream_t s = nullptr;
+    std::vector<cudaEvent_t> pool;
+    size_t next = 0;
+    struct Rec {
+        int op;
+        const char* name;
+        cudaEvent_t a, b;
+    };
+    std::vector<Rec> recs;
+    cudaEvent_t get() {
+        if (next == pool.size()) {
+            cudaEvent_t e = nullptr;
+            DQ_CUDA_CHECK(cudaEventCreate(&e));
+            pool.push_back(e);
+        }
+        return pool[next++];
+    }
+    void flush(StepStats& st, std::map<std::string, double>& op_us) {
+        DQ_CUDA_CHECK(cudaStreamSynchronize(s));
+        for (const Rec& r : recs) {
+            float ms = 0.0f;
+            DQ_CUDA_CHECK(cudaEventElapsedTime(&ms, r.a, r.b));
+            st.op_ns[r.op] += int64_t(double(ms) * 1e6);
+            op_us[r.name] += double(ms) * 1e3;
+        }
+        recs.clear();
+        next = 0;
+    }
+    ~OpTimer() {
+        for (cudaEvent_t e : pool) cudaEventDestroy(e);
+    }
+};
 
-// With DQ_GPU_OP_TIMING=1 (profiling only: it serializes the stream), each op synchronizes at
-// its end and adds its elapsed host time to stats.op_ns[op]; otherwise free.
 struct OpSpan {
-    bool on;
-    cudaStream_t s;
-    StepStats& st;
+    OpTimer* t;
     int op;
-    int64_t t0;
-    OpSpan(bool enabled, cudaStream_t stream, StepStats& stats, int family)
-        : on(enabled), s(stream), st(stats), op(family), t0(enabled ? now_ns() : 0) {}
+    const char* name;
+    cudaEvent_t a = nullptr;
+    OpSpan(OpTimer* timer, StepStats&, int family, const char* label) : t(timer), op(family), name(label) {
+        if (t) {
+            a = t->get();
+            DQ_CUDA_CHECK(cudaEventRecord(a, t->s));
+        }
+    }
     ~OpSpan() {
-        if (!on) return;
-        cudaStreamSynchronize(s);
-        st.op_ns[op] += now_ns() - t0;
+        if (!t) return;
+        cudaEvent_t b = t->get();
+        cudaEventRecord(b, t->s);
+        t->recs.push_back(OpTimer::Rec{op, name, a, b});
     }
     OpSpan(const OpSpan&) = delete;
     OpSpan& operator=(const OpSpan&) = delete;
 };
 
+// One captured step: the graph of an exact MMVQ step of width w and what its replay adds to
+// the host-side stats (the routed experts' bytes and calls are counted on the device).
+struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    long long kernels = 0;
+    uint64_t fixed_bytes = 0, fixed_calls = 0;
+};
+
 struct GpuSessionImpl {
     const GpuModelImpl& m;
     Arena arena;
-    const bool op_timing = [] {
-        const char* v = std::getenv("DQ_GPU_OP_TIMING");
-        return v != nullptr && std::string(v) == "1";
-    }();
-    // State.
+    bool op_timing = false;  // DQ_GPU_OP_TIMING=1, read when the session starts (reset)
+    OpTimer op_timer;
+    OpTimer* timer() { return op_timing ? &op_timer : nullptr; }
+    // State (host mirrors of pos and the compressed counts; the device copies are in ctl).
     int pos = 0;
     bool has_logits = false;
     std::vector<DevLayerState> layers;
     float *hc_streams, *last_logits;
     std::vector<float> last_logits_h;
+    DevCtl ctl{};
     // Step scratch (kMaxStep tokens; MoE rows: w shared + w*top_k routed).
     int max_rows;
-    int32_t* tokens;  // [ctx]
+    int32_t* tokens;  // [ctx] ids by position
     float *X, *mean, *dyn, *rlogits, *xin, *xn, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
     int8_t *xq, *aq, *xg, *hq;
     float *xd, *ad, *xgd, *hqd;
-    int32_t *ids, *tok_of_row, *rowmap;
+    int32_t* ids;
+    DevMoe moe{};
     size_t score_stride;
-    Pinned<int32_t> ids_h, rows_h;  // rows_h: tok_of_row [max_rows] then rowmap [kMaxStep*top_k]
-    cudaEvent_t ids_ready = nullptr;
-    // Prefill outputs (grown on demand).
-    float* out_logits = nullptr;
-    int32_t* out_rid = nullptr;
-    float* out_rw = nullptr;
-    size_t out_cap = 0;
-    std::unique_ptr<Arena> out_arena;
+    // Outputs by position: logits [ctx, vocab], routes [n_layers, ctx, top_k].
+    float* out_logits;
+    int32_t* out_rid;
+    float* out_rw;
+    Pinned<int32_t> slots_h;            // the MoE slot table read back by launched (ungraphed) steps
+    Pinned<unsigned long long> counters_h;
+    Pinned<int32_t> tok_h;              // decode's token
+    StepGraph graphs[kMaxBandChunk + 1];
+    GpuPrefillCounts counts;            // of the current prefill
 
     explicit GpuSessionImpl(const GpuModelImpl& model)
         : m(model),
           max_rows(kMaxStep * (model.cfg.top_k + 1)),
-          ids_h(size_t(kMaxStep) * model.cfg.top_k),
-          rows_h(size_t(kMaxStep) * (model.cfg.top_k + 1) + size_t(kMaxStep) * model.cfg.top_k) {
+          slots_h(size_t(1) + 3 * size_t(1 + model.cfg.n_experts)),
+          counters_h(2),
+          tok_h(1) {
         const ModelConfig& c = m.cfg;
         const size_t W = kMaxStep, d = c.d_model, hc = c.hc_mult, f = c.d_ff, K = c.top_k, hd = c.head_dim;
         const size_t R = size_t(max_rows);
@@ -291,6 +365,7 @@ struct GpuSessionImpl {
             }
             layers.push_back(s);
         }
+        ctl.ctl = arena.alloc<int>(size_t(1) + c.n_layers);
         hc_streams = arena.alloc<float>(hc * d);
         last_logits = arena.alloc<float>(c.vocab);
         last_logits_h.assign(c.vocab, 0.0f);
@@ -320,20 +395,36 @@ struct GpuSessionImpl {
         xgd = arena.alloc<float>(R * d / QK8_0);
         hq = arena.alloc<int8_t>(R * f);
         hqd = arena.alloc<float>(R * f / QK8_0);
-        tok_of_row = arena.alloc<int32_t>(R + W * K);
-        rowmap = tok_of_row + R;
+        moe.max_slots = 1 + c.n_experts;
+        moe.slots = arena.alloc<int32_t>(size_t(1) + 3 * size_t(moe.max_slots));
+        moe.tok_of_col = arena.alloc<int32_t>(R);
+        moe.col_of = arena.alloc<int32_t>(W * K);
+        moe.scratch = arena.alloc<int32_t>(2 * size_t(c.n_experts));
+        moe.counters = arena.alloc<unsigned long long>(2);
+        moe.expert_bytes = m.layers.empty() ? 0 : m.layers[0].exp_w13[0].bytes + m.layers[0].exp_w2[0].bytes;
         int max_comp = 0;
         for (int r : c.ratios) max_comp = std::max(max_comp, c.max_compressed(r));
-        score_stride = size_t(max_comp + c.n_swa) + 4 * hd;  // scores, then the output partials
+        score_stride = size_t(max_comp + c.n_swa) + size_t(kAttnGroups) * hd;  // scores, then the partials
         scores = arena.alloc<float>(W * c.n_heads * score_stride);
-        DQ_CUDA_CHECK(cudaEventCreateWithFlags(&ids_ready, cudaEventDisableTiming));
+        out_logits = arena.alloc<float>(size_t(c.ctx) * c.vocab);
+        out_rid = arena.alloc<int32_t>(size_t(c.n_layers) * c.ctx * K);
+        out_rw = arena.alloc<float>(size_t(c.n_layers) * c.ctx * K);
         reset();
     }
     ~GpuSessionImpl() {
-        if (ids_ready) cudaEventDestroy(ids_ready);
+        for (StepGraph& g : graphs)
+            if (g.exec) cudaGraphExecDestroy(g.exec);
     }
     GpuSessionImpl(const GpuSessionImpl&) = delete;
     GpuSessionImpl& operator=(const GpuSessionImpl&) = delete;
+
+    // Writes the host mirrors of pos and the compressed counts to the device control block.
+    void put_ctl() {
+        std::vector<int> h(size_t(1) + layers.size());
+        h[0] = pos;
+        for (size_t l = 0; l < layers.size(); ++l) h[1 + l] = layers[l].n_compressed;
+        DQ_CUDA_CHECK(cudaMemcpy(ctl.ctl, h.data(), sizeof(int) * h.size(), cudaMemcpyHostToDevice));
+    }
 
     void reset() {
         const ModelConfig& c = m.cfg;
@@ -353,186 +444,261 @@ struct GpuSessionImpl {
         std::fill(last_logits_h.begin(), last_logits_h.end(), 0.0f);
         pos = 0;
         has_logits = false;
+        const char* timing = std::getenv("DQ_GPU_OP_TIMING");
+        op_timing = timing != nullptr && std::string(timing) == "1";
+        op_timer.s = m.stream;
+        put_ctl();
         // cudaMemset / pageable cudaMemcpy run on the legacy stream, which our non-blocking
         // stream does not wait for: finish them before any kernel of this session.
         DQ_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
-    void ensure_outputs(int n) {
-        const ModelConfig& c = m.cfg;
-        if (size_t(n) <= out_cap) return;
-        out_arena.reset();  // free the smaller buffers first
-        out_arena = std::make_unique<Arena>();
-        Arena& a = *out_arena;
-        out_logits = a.alloc<float>(size_t(n) * c.vocab);
-        out_rid = a.alloc<int32_t>(size_t(c.n_layers) * n * c.top_k);
-        out_rw = a.alloc<float>(size_t(c.n_layers) * n * c.top_k);
-        out_cap = size_t(n);
-    }
-
+    // One matmul call; count = false for the routed experts of launched steps (their bytes and
+    // calls are counted on the device, by the router, for every kind of step).
     void mm(const DevQ8& w, const int8_t* xq_, const float* xd_, int ncols, float* y_, const StepMode& mode,
-            StepStats& st) const {
+            StepStats& st, const char* label, bool count = true) {
         const bool mmq = mode.approximate || ncols > mode.mmvq_max_ncols;
-        OpSpan span(op_timing, m.stream, st, kOpMatmul);
+        OpSpan span(timer(), st, kOpMatmul, label);
         const cuda::Q8Acts x{xq_, xd_, ncols, w.cols};
         if (mmq) cuda::mmq(w.view(), x, y_, m.stream);
         else cuda::mmvq(w.view(), x, y_, m.stream);
-        st.weight_bytes += w.bytes;
-        st.matmul_calls += 1;
+        if (count) {
+            st.weight_bytes += w.bytes;
+            st.matmul_calls += 1;
+        }
         st.used_mmq = st.used_mmq || mmq;
     }
 
-    void attention_sublayer(int l, int w, const StepMode& mode, StepStats& st) {
+    // An exact step whose matmuls are all narrow MMVQ and whose compressor boundaries (in every
+    // layer) can only be its last token: the fixed launch sequence that a graph captures.
+    bool graphable(int w, const StepMode& mode) const {
+        if (mode.approximate || w > mode.mmvq_max_ncols || w > kMaxBandChunk) return false;
+        for (const DevLayerState& ls : layers)
+            for (int j = 0; j + 1 < w; ++j)
+                if (is_boundary(ls.ratio, pos + j)) return false;
+        return true;
+    }
+
+    void attention_sublayer(int l, int w, const StepMode& mode, bool fixed, StepStats& st) {
         const ModelConfig& c = m.cfg;
         const DevLayer& L = m.layers[l];
         DevLayerState& ls = layers[l];
         const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d, c.sinkhorn_iters,
-                          c.norm_eps, s);
+            OpSpan span(timer(), st, kOpHC, "hc_pre");
+            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
+                          c.sinkhorn_iters, c.norm_eps, s);
         }
-        mm(L.w_proj, xq, xd, w, proj, mode, st);
+        mm(L.w_proj, xq, xd, w, proj, mode, st, "proj");
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "qk_rope");
             launch_qk_rope(QkRopeArgs{proj, pr, qd, c.n_heads, hd, c.rope_dim, L.q_norm, L.kv_norm, m.rope_cos,
-                                      m.rope_sin, pos, c.norm_eps, ls.window, c.window_cap()},
+                                      m.rope_sin, ctl.pos(), c.norm_eps, ls.window, c.window_cap()},
                            w, s);
         }
-        // Causal per-token section split at compressor boundaries, as on the CPU.
-        for (int j0 = 0; j0 < w;) {
-            int j1 = j0;
-            while (j1 < w - 1 && !is_boundary(ls.ratio, pos + j1)) ++j1;
-            {
-                OpSpan span(op_timing, m.stream, st, kOpAttention);
-                launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa,
-                                         ls.compressed, ls.n_compressed, ls.comp_kv, ls.comp_score,
-                                         ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1, ls.ratio, pos, j0,
-                                         scores, score_stride, attn, aq, ad},
-                              j1 - j0 + 1, s);
+        // Causal per-token section split at compressor boundaries, as on the CPU. A fixed step
+        // has none before its last token: one attention launch, then the pool, which appends a
+        // row only when the last token is a boundary (decided on the device).
+        const int comp_rows = ls.ratio > 0 ? ModelConfig::comp_rows(ls.ratio) : 1;
+        auto attend = [&](int j0, int ntok) {
+            OpSpan span(timer(), st, kOpAttention, "attend");
+            launch_attend(AttendArgs{proj, pr, qd, c.n_heads, hd, ls.window, c.window_cap(), c.n_swa, ls.compressed,
+                                     ctl.n_compressed(l), ls.comp_kv, ls.comp_score, comp_rows, ls.ratio, ctl.pos(),
+                                     j0, scores, score_stride, attn, aq, ad},
+                          ntok, s);
+        };
+        auto pool = [&](int j) {
+            OpSpan span(timer(), st, kOpCompressor, "pool");
+            launch_pool(PoolArgs{ls.comp_kv, ls.comp_score, L.comp_ape, L.comp_norm, ls.compressed,
+                                 ctl.n_compressed(l), ls.ratio, hd, c.rope_dim, ctl.pos(), j, c.norm_eps, m.rope_cos,
+                                 m.rope_sin},
+                        s);
+        };
+        if (fixed) {
+            attend(0, w);
+            if (ls.ratio > 0) pool(w - 1);
+        } else {
+            for (int j0 = 0; j0 < w;) {
+                int j1 = j0;
+                while (j1 < w - 1 && !is_boundary(ls.ratio, pos + j1)) ++j1;
+                attend(j0, j1 - j0 + 1);
+                if (is_boundary(ls.ratio, pos + j1)) pool(j1);
+                j0 = j1 + 1;
             }
-            if (is_boundary(ls.ratio, pos + j1)) {
-                if (ls.n_compressed >= c.max_compressed(ls.ratio)) throw std::logic_error("compressed rows exceed context");
-                {
-                    OpSpan span(op_timing, m.stream, st, kOpCompressor);
-                    launch_pool(PoolArgs{ls.comp_kv, ls.comp_score, L.comp_ape, L.comp_norm, ls.compressed,
-                                         ls.n_compressed, ls.ratio, hd, c.rope_dim, pos + j1, c.norm_eps, m.rope_cos,
-                                         m.rope_sin},
-                                s);
-                }
-                ls.n_compressed += 1;
-            }
-            j0 = j1 + 1;
         }
-        mm(L.w_o, aq, ad, w, o, mode, st);
+        mm(L.w_o, aq, ad, w, o, mode, st, "w_o");
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_post(X, o, post, M, w, c.hc_mult, d, s);
+            OpSpan span(timer(), st, kOpHC, "hc_post");
+            launch_hc_post(X, mean, o, post, M, w, c.hc_mult, d, c.norm_eps, s);
         }
     }
 
-    void ffn_sublayer(int l, const int32_t* tok_dev, int w, const StepMode& mode, int32_t* rid, float* rw,
-                      size_t route_off, StepStats& st) {
+    void ffn_sublayer(int l, int w, const StepMode& mode, bool fixed, StepStats& st) {
         const ModelConfig& c = m.cfg;
         const DevLayer& L = m.layers[l];
         const int d = c.d_model, K = c.top_k, f = c.d_ff;
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpHC);
-            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d, c.sinkhorn_iters,
-                          c.norm_eps, s);
+            OpSpan span(timer(), st, kOpHC, "hc_pre");
+            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
+                          c.sinkhorn_iters, c.norm_eps, s);
         }
+        const bool hash = l < c.n_hash_layers;
         {
-            OpSpan span(op_timing, m.stream, st, kOpRouter);
-            launch_router(RouterArgs{xn, L.router, L.router_bias, L.tid2eid, tok_dev, d, c.n_experts, K,
-                                     l < c.n_hash_layers, c.routed_scale, ids, wts, rid, rw, route_off},
-                          rlogits, w, s);
+            OpSpan span(timer(), st, kOpRouter, "route");
+            launch_route(RouterArgs{xn, L.router, L.router_bias, hash ? L.tid2eid : nullptr, tokens, ctl.pos(), d,
+                                    c.n_experts, K, c.routed_scale, ids, wts, out_rid, out_rw,
+                                    size_t(l) * c.ctx * K},
+                         moe, rlogits, w, s);
         }
-        DQ_CUDA_CHECK(cudaMemcpyAsync(ids_h.p, ids, sizeof(int32_t) * w * K, cudaMemcpyDeviceToHost, s));
-        DQ_CUDA_CHECK(cudaEventRecord(ids_ready, s));
-        // The shared expert needs no routing: queue it on every column while the host waits.
-        // MoE rows: 0..w-1 the shared expert's (token order), then each routed expert's
-        // columns in expert order (gu/h/hq/y rows; xg rows likewise).
+        // MoE columns (gu/h/hq/y rows): 0..w-1 the shared expert's, then each routed expert's in
+        // expert order (rules::moe_columns); the table of slots is on the device.
         const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
-        mm(L.shared_w13, xq, xd, w, gu, mode, st);
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_swiglu(gu, h, hq, hqd, w, f, c.swiglu_limit, s);
+        const int rows = w + w * K;
+        const int run_slots = 1 + std::min(c.n_experts, w * K);  // slots a step can have
+        if (fixed) {  // one grouped launch per product, dispatched from the device table
+            {
+                OpSpan span(timer(), st, kOpMatmul, "moe_up");
+                cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, run_slots, w, moe.tok_of_col, xq, xd, gu, s);
+            }
+            {
+                OpSpan span(timer(), st, kOpPerToken, "swiglu");
+                launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
+            }
+            {
+                OpSpan span(timer(), st, kOpMatmul, "moe_down");
+                cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, run_slots, w, nullptr, hq, hqd, y, s);
+            }
+            st.weight_bytes += L.shared_w13.bytes + L.shared_w2.bytes;  // routed experts: counted on the device
+            st.matmul_calls += 2;
+        } else {  // the table read back once (the shared expert runs meanwhile), then a call per slot
+            DQ_CUDA_CHECK(cudaMemcpyAsync(slots_h.p, moe.slots, sizeof(int32_t) * (1 + 3 * size_t(moe.max_slots)),
+                                          cudaMemcpyDeviceToHost, s));
+            cudaEvent_t ready = nullptr;
+            DQ_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+            DQ_CUDA_CHECK(cudaEventRecord(ready, s));
+            mm(L.shared_w13, xq, xd, w, gu, mode, st, "moe_up");
+            {
+                OpSpan span(timer(), st, kOpRouter, "route_readback");
+                const cudaError_t e = cudaEventSynchronize(ready);
+                cudaEventDestroy(ready);
+                DQ_CUDA_CHECK(e);
+                counts.host_syncs += 1;
+            }
+            const int S = moe.max_slots, n = slots_h.p[0];
+            const int32_t* mat = slots_h.p + 1;
+            const int32_t* base = slots_h.p + 1 + S;
+            const int32_t* cnt = slots_h.p + 1 + 2 * S;
+            {
+                OpSpan span(timer(), st, kOpPerToken, "gather");
+                launch_gather(xq, xd, moe.tok_of_col + w, rows - w, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
+            }
+            for (int i = 1; i < n; ++i) {
+                const DevQ8& e = L.exp_w13[mat[i] - 1];
+                mm(e, xg + size_t(base[i]) * d, xgd + size_t(base[i]) * nbd, cnt[i], gu + size_t(base[i]) * 2 * f, mode,
+                   st, "moe_up", false);
+            }
+            {
+                OpSpan span(timer(), st, kOpPerToken, "swiglu");
+                launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
+            }
+            mm(L.shared_w2, hq, hqd, w, y, mode, st, "moe_down");
+            for (int i = 1; i < n; ++i) {
+                const DevQ8& e = L.exp_w2[mat[i] - 1];
+                mm(e, hq + size_t(base[i]) * f, hqd + size_t(base[i]) * nbf, cnt[i], y + size_t(base[i]) * d, mode,
+                   st, "moe_down", false);
+            }
         }
-        mm(L.shared_w2, hq, hqd, w, y, mode, st);
         {
-            OpSpan span(op_timing, m.stream, st, kOpRouter);
-            DQ_CUDA_CHECK(cudaEventSynchronize(ids_ready));
-        }  // one readback of the route ids per layer
-        int32_t* tor = rows_h.p;
-        int32_t* rmap = rows_h.p + max_rows;
-        int nrows = 0;
-        for (int t = 0; t < w; ++t) tor[nrows++] = t;
-        int base[256], count[256];
-        for (int e = 0; e < c.n_experts; ++e) {
-            base[e] = nrows;
-            for (int t = 0; t < w; ++t)
-                for (int k = 0; k < K; ++k)
-                    if (ids_h.p[t * K + k] == e) {
-                        rmap[t * K + k] = nrows;
-                        tor[nrows++] = t;
-                    }
-            count[e] = nrows - base[e];
-        }
-        const int nr = nrows - w;  // routed rows (w * top_k)
-        // tok_of_row [max_rows] and rowmap [w*K] are adjacent on both sides: one copy.
-        DQ_CUDA_CHECK(cudaMemcpyAsync(tok_of_row, tor, sizeof(int32_t) * (size_t(max_rows) + w * K),
-                                      cudaMemcpyHostToDevice, s));
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_gather(xq, xd, tok_of_row + w, nr, d, xg + size_t(w) * d, xgd + size_t(w) * nbd, s);
-        }
-        for (int e = 0; e < c.n_experts; ++e)
-            if (count[e])
-                mm(L.exp_w13[e], xg + size_t(base[e]) * d, xgd + size_t(base[e]) * nbd, count[e],
-                   gu + size_t(base[e]) * 2 * f, mode, st);
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_swiglu(gu + size_t(w) * 2 * f, h + size_t(w) * f, hq + size_t(w) * f, hqd + size_t(w) * nbf, nr, f,
-                          c.swiglu_limit, s);
-        }
-        for (int e = 0; e < c.n_experts; ++e)
-            if (count[e])
-                mm(L.exp_w2[e], hq + size_t(base[e]) * f, hqd + size_t(base[e]) * nbf, count[e],
-                   y + size_t(base[e]) * d, mode, st);
-        {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_combine_post(y, rowmap, wts, X, post, M, w, c.hc_mult, K, d, s);
+            OpSpan span(timer(), st, kOpPerToken, "combine_post");
+            launch_combine_post(y, moe.col_of, wts, X, l + 1 < c.n_layers ? mean : nullptr, post, M, w, c.hc_mult, K,
+                                d, c.norm_eps, s);
         }
     }
 
-    // One step of w tokens (tok_dev: device ids) at pos; logits_dev [w, vocab]; rid/rw device
-    // outputs at [l * route_stride + (tok0 + j) * top_k + k] when non-null.
-    void forward(const int32_t* tok_dev, int w, const StepMode& mode, float* logits_dev, int32_t* rid, float* rw,
-                 size_t route_stride, size_t tok0, StepStats& st) {
+    // The launches of one step of w tokens at the device position (tokens[pos..] already on the
+    // device): logits to out_logits rows pos.., last_logits and hc_streams, then pos += w on the
+    // device. fixed: the graph's sequence (see graphable); host mirrors are not touched here.
+    void enqueue(int w, const StepMode& mode, bool fixed, StepStats& st) {
         const ModelConfig& c = m.cfg;
-        if (w < 1 || w > kMaxStep) throw std::invalid_argument("step width must be 1..32");
-        if (pos + w > c.ctx) throw std::invalid_argument("step runs past the context");
         const int d = c.d_model, hc = c.hc_mult;
         cudaStream_t s = m.stream;
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
-            launch_embed(tok_dev, m.embed, X, w, hc, d, s);
+            OpSpan span(timer(), st, kOpPerToken, "embed");
+            launch_embed(tokens, ctl, m.embed, X, mean, w, hc, d, c.norm_eps, s);
         }
         for (int l = 0; l < c.n_layers; ++l) {
-            attention_sublayer(l, w, mode, st);
-            ffn_sublayer(l, tok_dev, w, mode, rid, rw, size_t(l) * route_stride + tok0 * c.top_k, st);
+            attention_sublayer(l, w, mode, fixed, st);
+            ffn_sublayer(l, w, mode, fixed, st);
         }
         {
-            OpSpan span(op_timing, m.stream, st, kOpPerToken);
+            OpSpan span(timer(), st, kOpPerToken, "final");
             launch_final(X, m.hc_final, m.final_norm, xin, xq, xd, w, hc, d, c.norm_eps, s);
         }
-        mm(m.lm_head, xq, xd, w, logits_dev, mode, st);
-        DQ_CUDA_CHECK(cudaMemcpyAsync(hc_streams, X + size_t(w - 1) * hc * d, sizeof(float) * hc * d,
-                                      cudaMemcpyDeviceToDevice, s));
-        DQ_CUDA_CHECK(cudaMemcpyAsync(last_logits, logits_dev + size_t(w - 1) * c.vocab, sizeof(float) * c.vocab,
-                                      cudaMemcpyDeviceToDevice, s));
+        mm(m.lm_head, xq, xd, w, step_logits, mode, st, "lm_head");
+        {
+            OpSpan span(timer(), st, kOpPerToken, "step_end");
+            launch_step_end(ctl, step_logits, out_logits, last_logits, X, hc_streams, w, c.vocab, hc, d, s);
+        }
+    }
+
+    // The graph of width w, captured on first use (its launches do not depend on the position).
+    StepGraph& graph(int w, const StepMode& mode) {
+        StepGraph& g = graphs[w];
+        if (g.exec) return g;
+        cudaStream_t s = m.stream;
+        StepStats cap;
+        const long long k0 = cuda::launch_count();
+        DQ_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+        cudaGraph_t graph = nullptr;
+        try {
+            enqueue(w, mode, true, cap);
+        } catch (...) {
+            cudaStreamEndCapture(s, &graph);
+            if (graph) cudaGraphDestroy(graph);
+            throw;
+        }
+        DQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
+        cudaGraphDestroy(graph);
+        DQ_CUDA_CHECK(e);
+        g.kernels = cuda::launch_count() - k0;
+        g.fixed_bytes = cap.weight_bytes;
+        g.fixed_calls = cap.matmul_calls;
+        return g;
+    }
+
+    // One step of w tokens at pos (their ids already at tokens[pos..] on the device).
+    void forward(int w, const StepMode& mode, StepStats& st) {
+        const ModelConfig& c = m.cfg;
+        if (w < 1 || w > kMaxStep) throw std::invalid_argument("step width must be 1..32");
+        if (pos + w > c.ctx) throw std::invalid_argument("step runs past the context");
+        for (const DevLayerState& ls : layers) {
+            int add = 0;
+            for (int j = 0; j < w; ++j) add += is_boundary(ls.ratio, pos + j) ? 1 : 0;
+            if (ls.n_compressed + add > c.max_compressed(ls.ratio)) throw std::logic_error("compressed rows exceed context");
+        }
+        const bool fixed = graphable(w, mode);
+        if (fixed && !op_timing) {
+            StepGraph& g = graph(w, mode);
+            DQ_CUDA_CHECK(cudaGraphLaunch(g.exec, m.stream));
+            st.weight_bytes += g.fixed_bytes;
+            st.matmul_calls += g.fixed_calls;
+            counts.graph_steps += 1;
+            counts.kernels += g.kernels;
+            counts.host_launches += 1;
+        } else {
+            const long long k0 = cuda::launch_count();
+            enqueue(w, mode, fixed, st);
+            const long long k = cuda::launch_count() - k0;
+            if (op_timing) op_timer.flush(st, counts.op_us);
+            counts.kernels += k;
+            counts.host_launches += k;
+        }
+        counts.steps += 1;
+        for (DevLayerState& ls : layers)
+            for (int j = 0; j < w; ++j) ls.n_compressed += is_boundary(ls.ratio, pos + j) ? 1 : 0;
         has_logits = true;
         pos += w;
     }
@@ -543,16 +709,66 @@ struct GpuSessionImpl {
         DQ_CUDA_CHECK(cudaStreamSynchronize(m.stream));
     }
 
+    void zero_counters() {
+        DQ_CUDA_CHECK(cudaMemsetAsync(moe.counters, 0, sizeof(unsigned long long) * 2, m.stream));
+    }
+    // Adds the device-counted routed bytes and calls (since zero_counters) to st; call after a
+    // synchronize that follows the copy (fetch_last_logits).
+    void queue_counters() {
+        DQ_CUDA_CHECK(cudaMemcpyAsync(counters_h.p, moe.counters, sizeof(unsigned long long) * 2,
+                                      cudaMemcpyDeviceToHost, m.stream));
+    }
+    void add_counters(StepStats& st) const {
+        st.weight_bytes += counters_h.p[0];
+        st.matmul_calls += counters_h.p[1];
+    }
+
     // Feeds one token (q1, narrow MMVQ).
     void feed(int32_t tok, StepStats& st) {
-        DQ_CUDA_CHECK(cudaMemcpyAsync(tokens, &tok, sizeof tok, cudaMemcpyHostToDevice, m.stream));
-        forward(tokens, 1, StepMode{1, false}, step_logits, nullptr, nullptr, 0, 0, st);
+        if (pos >= m.cfg.ctx) throw std::invalid_argument("context is full");
+        tok_h.p[0] = tok;
+        DQ_CUDA_CHECK(cudaMemcpyAsync(tokens + pos, tok_h.p, sizeof tok, cudaMemcpyHostToDevice, m.stream));
+        zero_counters();
+        forward(1, StepMode{1, false}, st);
+        queue_counters();
         fetch_last_logits();
+        add_counters(st);
     }
 };
 
-GpuSession::GpuSession(const GpuModel& m) : m_(m), impl_(std::make_unique<GpuSessionImpl>(m.impl())) {}
-GpuSession::~GpuSession() = default;
+GpuModel::~GpuModel() {
+    if (!impl_) return;
+    for (GpuSessionImpl* s : impl_->spare) delete s;
+    impl_->spare.clear();
+    if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+// Sessions reuse the buffers (and captured graphs) of ended sessions of the same model.
+GpuSession::GpuSession(const GpuModel& m) : m_(m) {
+    GpuModelImpl& mi = m.impl();
+    GpuSessionImpl* reuse = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(mi.spare_mu);
+        if (!mi.spare.empty()) {
+            reuse = mi.spare.back();
+            mi.spare.pop_back();
+        }
+    }
+    if (reuse) {
+        impl_.reset(reuse);
+        std::lock_guard<std::mutex> lock(mi.mu);
+        impl_->reset();
+    } else {
+        impl_ = std::make_unique<GpuSessionImpl>(mi);
+    }
+}
+
+GpuSession::~GpuSession() {
+    if (!impl_) return;
+    GpuModelImpl& mi = m_.impl();
+    std::lock_guard<std::mutex> lock(mi.spare_mu);
+    if (mi.spare.size() < 4) mi.spare.push_back(impl_.release());
+}
 
 int GpuSession::pos() const { return impl_->pos; }
 
@@ -560,44 +776,48 @@ PrefillOutcome GpuSession::prefill(const int32_t* tokens, int n, const PrefillOp
                                    int32_t* rid, float* rw) {
     GpuSessionImpl& S = *impl_;
     const ModelConfig& c = m_.config();
-    if (n < 1) throw std::invalid_argument("prefill needs at least one token");
-    if (S.pos + n > c.ctx) throw std::invalid_argument("prompt longer than the context");
-    if (opt.chunk < 1 || opt.chunk > kMaxBandChunk) throw std::invalid_argument("chunk must be 1..4");
-    if (opt.mmvq_max_ncols < 1 || opt.mmvq_max_ncols > kMaxMmvqCols)
-        throw std::invalid_argument("mmvq_max_ncols must be 1..8");
-    if (opt.approx_width < 1 || opt.approx_width > kMaxStep) throw std::invalid_argument("approx_width must be 1..32");
-    for (int i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= c.vocab) throw std::invalid_argument("token id out of range");
+    if (const char* why = rules::prefill_arg_error(c, S.pos, tokens, n, opt.chunk, opt.mmvq_max_ncols,
+                                                   opt.approx_width))
+        throw std::invalid_argument(why);
     std::lock_guard<std::mutex> lock(S.m.mu);
     PrefillOutcome out;
     out.widths = opt.approximate ? schedule_approximate(n, opt.approx_width)
                                  : schedule_bands(S.pos, n, opt.chunk, c.ratios);
     const StepMode mode{opt.mmvq_max_ncols, opt.approximate};
-    S.ensure_outputs(n);
     cudaStream_t s = S.m.stream;
-    DQ_CUDA_CHECK(cudaMemcpyAsync(S.tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+    const int pos0 = S.pos;
+    DQ_CUDA_CHECK(cudaMemcpyAsync(S.tokens + pos0, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+    S.zero_counters();
     DQ_CUDA_CHECK(cudaStreamSynchronize(s));
-    const size_t stride = size_t(n) * c.top_k;
+    S.counts = GpuPrefillCounts{};
     const int64_t t0 = now_ns();
-    int off = 0;
     for (int w : out.widths) {
         StepStats step;
-        S.forward(S.tokens + off, w, mode, S.out_logits + size_t(off) * c.vocab, rid ? S.out_rid : nullptr,
-                  rw ? S.out_rw : nullptr, stride, size_t(off), step);
+        S.forward(w, mode, step);
         out.step_mmq.push_back(step.used_mmq ? 1 : 0);
         out.stats.weight_bytes += step.weight_bytes;
         out.stats.matmul_calls += step.matmul_calls;
         out.stats.used_mmq = out.stats.used_mmq || step.used_mmq;
         for (int k = 0; k < kOpCount; ++k) out.stats.op_ns[k] += step.op_ns[k];
-        off += w;
     }
     DQ_CUDA_CHECK(cudaStreamSynchronize(s));
     out.ns = now_ns() - t0;
+    S.m.last_counts = S.counts;
+    S.queue_counters();
+    const size_t K = size_t(c.top_k);
     if (logits)
-        DQ_CUDA_CHECK(cudaMemcpy(logits, S.out_logits, sizeof(float) * size_t(n) * c.vocab, cudaMemcpyDeviceToHost));
-    if (rid) DQ_CUDA_CHECK(cudaMemcpy(rid, S.out_rid, sizeof(int32_t) * c.n_layers * stride, cudaMemcpyDeviceToHost));
-    if (rw) DQ_CUDA_CHECK(cudaMemcpy(rw, S.out_rw, sizeof(float) * c.n_layers * stride, cudaMemcpyDeviceToHost));
+        DQ_CUDA_CHECK(cudaMemcpyAsync(logits, S.out_logits + size_t(pos0) * c.vocab, sizeof(float) * size_t(n) * c.vocab,
+                                      cudaMemcpyDeviceToHost, s));
+    // Routes by position [n_layers, ctx, K] -> [n_layers, n, K].
+    if (rid)
+        DQ_CUDA_CHECK(cudaMemcpy2DAsync(rid, sizeof(int32_t) * n * K, S.out_rid + size_t(pos0) * K,
+                                        sizeof(int32_t) * c.ctx * K, sizeof(int32_t) * n * K, c.n_layers,
+                                        cudaMemcpyDeviceToHost, s));
+    if (rw)
+        DQ_CUDA_CHECK(cudaMemcpy2DAsync(rw, sizeof(float) * n * K, S.out_rw + size_t(pos0) * K, sizeof(float) * c.ctx * K,
+                                        sizeof(float) * n * K, c.n_layers, cudaMemcpyDeviceToHost, s));
     S.fetch_last_logits();
+    S.add_counters(out.stats);
     return out;
 }
 
@@ -667,10 +887,11 @@ void GpuSession::upload_state(const State& st) {
         put(ds.compressed, ls.compressed);
         ds.n_compressed = ls.n_compressed;
     }
-    DQ_CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream copies done before our stream runs
     S.pos = st.pos;
     S.has_logits = st.has_logits;
     S.last_logits_h = st.last_logits;
+    S.put_ctl();
+    DQ_CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream copies done before our stream runs
 }
 
 }}  // namespace dq::gpu

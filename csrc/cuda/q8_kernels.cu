@@ -7,9 +7,12 @@
 // fp-contraction settings cannot change it.
 #include "q8_kernels.cuh"
 
+#include "launch.cuh"
+
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,7 +27,10 @@ namespace {
 
 constexpr int kQK = 32;  // values per Q8_0 block
 
+thread_local long long t_launches = 0;
+
 void check_launch(const char* what) {
+    ++t_launches;
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         throw std::runtime_error(std::string("dq::cuda::") + what + ": " + cudaGetErrorString(e));
@@ -114,6 +120,7 @@ __device__ __forceinline__ unsigned short fp32_to_fp16_bits(float f) {
 
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
                                    float* __restrict__ d, long long nblocks_total) {
+    pdl_begin();
     const long long blk = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks_total) return;  // whole warps exit together
     const int lane = threadIdx.x & 31;
@@ -172,16 +179,17 @@ __device__ __forceinline__ int4 ld_weight_v4(const int8_t* p) {
     return v;
 }
 
+// One chunk of the row group for every column: column c's activations start at xc[c] (its
+// scales at xdc[c]); the lane's block sits at byte xoff / block xboff of every row.
 template <int NC, int R>
 __device__ __forceinline__ void mmvq_chunk(const Q8Block32 (&wv)[R], const unsigned short (&wd)[R],
-                                           const int8_t* __restrict__ xq,
-                                           const float* __restrict__ xd, size_t xoff, int xboff,
-                                           int cols, int nb, float (&acc)[R][NC]) {
+                                           const int8_t* const (&xc)[NC], const float* const (&xdc)[NC],
+                                           size_t xoff, int xboff, float (&acc)[R][NC]) {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-        const int8_t* xp = xq + size_t(c) * cols + xoff;
+        const int8_t* xp = xc[c] + xoff;
         const Q8Block32 xv{__ldg(reinterpret_cast<const int4*>(xp)), __ldg(reinterpret_cast<const int4*>(xp + 16))};
-        const float xs = __ldg(xd + size_t(c) * nb + xboff);
+        const float xs = __ldg(xdc[c] + xboff);
 #pragma unroll
         for (int r = 0; r < R; ++r) mmvq_lane_step(wv[r], half_bits_to_float(wd[r]), xv, xs, acc[r][c]);
     }
@@ -204,39 +212,44 @@ __device__ __forceinline__ float warp_butterfly(float v) {
     return v;
 }
 
-// The order's tail: the xor butterfly in each warp, then the fixed pairwise tree over the row
-// group's P warps through shared memory; one thread per (row, column) stores.
-template <int NC, int R, int P>
-__device__ __forceinline__ void mmvq_reduce_store(float (&acc)[R][NC], float (&part)[kMmvqMaxWarps][R][NC],
-                                                  float* __restrict__ y, long long row0, int rows) {
-    constexpr int kLanes = 32 * P;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int grp = threadIdx.x / kLanes, t = threadIdx.x % kLanes;
+// The order's tail, the one reduce-and-store of every MMVQ kernel (it decides the output bits):
+// each accumulator's xor butterfly in its warp, the warp partials through shared memory, then
+// one thread per (row, column) adds the row group's P warp partials in the fixed pairwise tree
+// and hands the sum to store(r, c, v). acc holds columns [c0, c0 + NCH) of the group's R rows
+// (NCH < NC when copies of the group split the columns); part is [P per group][R][NC] from
+// warp gwarp0 on; t is the thread's lane within its group copy (32 P lanes) and sidx its index
+// among all the group's threads (those below R * NC store).
+// The acc are reset to 0 for the next row group. A caller that refills part afterwards
+// synchronizes first.
+template <int NC, int NCH, int R, int P, class Store>
+__device__ __forceinline__ void mmvq_reduce_store(float (&acc)[R][NCH], float (*part)[R][NC], int gwarp0, int t,
+                                                  int c0, int sidx, Store store) {
+    const int lane = threadIdx.x & 31, warp = gwarp0 + (t >> 5);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
+        for (int c = 0; c < NCH; ++c) {
             const float v = warp_butterfly(acc[r][c]);
-            if (lane == 0) part[warp][r][c] = v;
+            if (lane == 0) part[warp][r][c0 + c] = v;
+            acc[r][c] = 0.0f;
         }
-    if constexpr (P > 1) __syncthreads();
-    if (t < R * NC) {
-        const int r = t / NC, c = t % NC;
-        if (row0 + r < rows)
-            y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[grp * P][r][c], R * NC);
+    if constexpr (P > 1 || NCH < NC) __syncthreads();
+    if (sidx < R * NC) {
+        const int r = sidx / NC, c = sidx % NC;
+        store(r, c, pairwise_sum<P>(&part[gwarp0][r][c], R * NC));
     }
 }
 
-// MODE 0 (register streaming): each lane loads U chunks' blocks of its R rows, then uses them.
-// Any shape with cols % 32 == 0; the path for shapes the bulk-copy mode does not take.
-template <int NC, int R, int U, int P>
-__global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
-                            const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                            float* __restrict__ y, int rows, int cols) {
+// MODE 0 (register streaming) for one row group: each lane loads U chunks' blocks of its R rows,
+// then uses them. Any shape with cols % 32 == 0. Column c's activations start at xc[c];
+// store(r, c, v) writes row row0 + r of column c. part: the CTA's [warps][R][NC] partials.
+template <int NC, int R, int U, int P, class Store>
+__device__ __forceinline__ void mmvq_rows(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
+                                          const int8_t* const (&xc)[NC], const float* const (&xdc)[NC],
+                                          float (*part)[R][NC], int rows, int cols, Store store) {
     constexpr int kLanes = 32 * P;
     constexpr int kChunkBlocks = kLanes;  // a lane owns one block per chunk
     constexpr int kChunkBytes = kQK * kChunkBlocks;
-    __shared__ float part[kMmvqMaxWarps][R][NC];
     const int grp = threadIdx.x / kLanes;               // row group within the CTA
     const int t = threadIdx.x % kLanes;                 // lane within the row group
     const long long row0 = ((long long)blockIdx.x * (blockDim.x / kLanes) + grp) * R;
@@ -276,18 +289,78 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
         for (int u = 0; u < U; ++u) load(wv[u], wd[u], ch + u);
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            mmvq_chunk<NC, R>(wv[u], wd[u], xq, xd, size_t(ch + u) * kChunkBytes + lo, (ch + u) * kChunkBlocks + t,
-                              cols, nb, acc);
+            mmvq_chunk<NC, R>(wv[u], wd[u], xc, xdc, size_t(ch + u) * kChunkBytes + lo, (ch + u) * kChunkBlocks + t,
+                              acc);
     }
     for (; ch < nchunks; ++ch) {  // the rest, one chunk at a time, same per-lane order
         if (ch * kChunkBlocks + t < nb) {
             Q8Block32 wv[R];
             unsigned short wd[R];
             load(wv, wd, ch);
-            mmvq_chunk<NC, R>(wv, wd, xq, xd, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + t, cols, nb, acc);
+            mmvq_chunk<NC, R>(wv, wd, xc, xdc, size_t(ch) * kChunkBytes + lo, ch * kChunkBlocks + t, acc);
         }
     }
-    mmvq_reduce_store<NC, R, P>(acc, part, y, row0, rows);
+    mmvq_reduce_store<NC, NC, R, P>(acc, part, grp * P, t, 0, t, [&](int r, int c, float v) {
+        if (row0 + r < rows) store(r, c, row0 + r, v);
+    });
+}
+
+// MODE 0 kernel: columns X [ncols, cols] contiguous, y [ncols, rows].
+template <int NC, int R, int U, int P>
+__global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
+                            const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                            float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
+    __shared__ float part[kMmvqMaxWarps][R][NC];
+    const int nb = cols / kQK;
+    const int8_t* xc[NC];
+    const float* xdc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        xc[c] = xq + size_t(c) * cols;
+        xdc[c] = xd + size_t(c) * nb;
+    }
+    mmvq_rows<NC, R, U, P>(wq, wdp, xc, xdc, part, rows, cols,
+                           [&](int, int c, long long row, float v) { y[size_t(c) * rows + row] = v; });
+}
+
+// Grouped MODE 0 (MoE): blockIdx.y is a slot of the device table (slots [0] n, then mat[S],
+// base[S], count[S]); slot s applies matrix mat[s] to columns base[s] .. base[s] + count[s] - 1,
+// column j's activations being row x_row[j] of X (x_row null: row j) and its output row j of
+// y [*, rows]. Blocks of slots past n exit at once. Every (row, column) takes mode 0's sequence,
+// so each column is bitwise equal to a 1-column mmvq call of its matrix on it.
+template <int NCMAX, int R, int U, int P>
+__global__ void mmvq_group_kernel(const int8_t* const* __restrict__ mqs, const uint16_t* const* __restrict__ md,
+                                  const int32_t* __restrict__ slots, int max_slots, const int32_t* __restrict__ x_row,
+                                  const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                                  float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
+    __shared__ float part_raw[kMmvqMaxWarps * R * NCMAX];
+    const int s = blockIdx.y;
+    if (s >= slots[0]) return;  // the whole block: no barrier reached
+    const int mat = slots[1 + s], base = slots[1 + max_slots + s], count = slots[1 + 2 * max_slots + s];
+    const int nb = cols / kQK;
+    const int8_t* wq = mqs[mat];
+    const uint16_t* wd = md[mat];
+    auto run = [&](auto nc_t) {
+        constexpr int NC = decltype(nc_t)::value;
+        const int8_t* xc[NC];
+        const float* xdc[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const int row = x_row ? x_row[base + c] : base + c;
+            xc[c] = xq + size_t(row) * cols;
+            xdc[c] = xd + size_t(row) * nb;
+        }
+        mmvq_rows<NC, R, U, P>(wq, wd, xc, xdc, reinterpret_cast<float (*)[R][NC]>(part_raw), rows, cols,
+                               [&](int, int c, long long r, float v) { y[size_t(base + c) * rows + r] = v; });
+    };
+    switch (count) {
+        case 1: run(std::integral_constant<int, 1>{}); break;
+        case 2: if constexpr (NCMAX >= 2) run(std::integral_constant<int, 2>{}); break;
+        case 3: if constexpr (NCMAX >= 3) run(std::integral_constant<int, 3>{}); break;
+        default: if constexpr (NCMAX >= 4) run(std::integral_constant<int, 4>{}); break;
+    }
 }
 
 using MmvqFn = void (*)(const int8_t*, const uint16_t*, const int8_t*, const float*, float*, int,
@@ -322,6 +395,7 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                                                                const int8_t* __restrict__ xq,
                                                                const float* __restrict__ xd,
                                                                float* __restrict__ y, int rows, int cols) {
+    pdl_begin();
     static_assert(NC % CS == 0, "the column split must divide the columns");
     constexpr int NCH = NC / CS;               // columns per thread
     constexpr int kLanes = 32 * P;
@@ -381,24 +455,13 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < NCH; ++c) acc[r][c] = 0.0f;
-    // The order's tail, as in mmvq_reduce_store: butterfly per warp, then the P-warp tree; the
+    // The order's tail (mmvq_reduce_store, one row group per CTA in CS copies); the
     // accumulators restart for the next row group. The last barrier keeps the next row group's
     // butterfly from overwriting part before it is read.
     auto reduce_store = [&](long long row0) {
-        const int lane = threadIdx.x & 31, w = t >> 5;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int c = 0; c < NCH; ++c) {
-                const float v = warp_butterfly(acc[r][c]);
-                if (lane == 0) part[w][r][c0 + c] = v;
-                acc[r][c] = 0.0f;
-            }
-        __syncthreads();
-        if (threadIdx.x < R * NC) {
-            const int r = threadIdx.x / NC, c = threadIdx.x % NC;
-            if (row0 + r < rows) y[size_t(c) * rows + row0 + r] = pairwise_sum<P>(&part[0][r][c], R * NC);
-        }
+        mmvq_reduce_store<NC, NCH, R, P>(acc, part, 0, t, c0, int(threadIdx.x), [&](int r, int c, float v) {
+            if (row0 + r < rows) y[size_t(c) * rows + row0 + r] = v;
+        });
         __syncthreads();
     };
     // kFull: every chunk of the row and every stage is full (cols a multiple of the stage's
@@ -637,6 +700,7 @@ __global__ void __launch_bounds__(32 * kMmqWarps) mmq_kernel(const int8_t* __res
                                                   const float* __restrict__ xd,
                                                   float* __restrict__ y, int rows, int cols,
                                                   int ncols) {
+    pdl_begin();
     __shared__ float part[kMmqWarps - 1][NT * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -750,7 +814,7 @@ void quantize_q8(const float* x, int ncols, int cols, int8_t* qs, float* d, cuda
     const long long nblocks = (long long)ncols * (cols / kQK);
     if (nblocks == 0) return;
     constexpr int kWarps = 8;
-    quantize_q8_kernel<<<unsigned((nblocks + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(x, qs, d,
+    launch_kernel(quantize_q8_kernel, dim3(unsigned((nblocks + kWarps - 1) / kWarps)), dim3(kWarps * 32), 0, s, x, qs, d,
                                                                                       nblocks);
     check_launch("quantize_q8");
 }
@@ -818,7 +882,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
         const long long resident = tma_setup(reinterpret_cast<const void*>(fn), smem, cfg.warps_per_block * 32);
         const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
         const unsigned grid = unsigned(cfg.persistent ? std::min(groups, resident) : groups);
-        fn<<<grid, cfg.warps_per_block * 32, smem, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+        launch_kernel(fn, dim3(grid), dim3(cfg.warps_per_block * 32), smem, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
         check_launch("mmvq");
         return;
     }
@@ -826,7 +890,7 @@ void mmvq_with_config(const Q8Weights& w, const Q8Acts& x, float* y, const MmvqC
     const long long groups = (w.rows + cfg.rows_per_warp - 1) / cfg.rows_per_warp;
     const int groups_per_cta = cfg.warps_per_block / p;
     const unsigned grid = unsigned((groups + groups_per_cta - 1) / groups_per_cta);
-    fn<<<grid, cfg.warps_per_block * 32, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
+    launch_kernel(fn, dim3(grid), dim3(cfg.warps_per_block * 32), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols);
     check_launch("mmvq");
 }
 
@@ -852,6 +916,49 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     mmvq_with_config(w, x, y, c, s);
 }
 
+long long launch_count() { return t_launches; }
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DQ_GPU_PDL");
+        return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+}
+void count_launch() { ++t_launches; }
+
+namespace {
+template <int NCMAX, int R, int U>
+void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, const int32_t* x_row,
+                  const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
+    const int p = mmvq_warps_per_row(g.cols);
+    constexpr int kWarps = 4;  // warps per CTA: 4 / P row groups
+    const long long groups = (g.rows + R - 1) / R;
+    const int per_cta = kWarps / p;
+    const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(run_slots));
+    auto args = [&](auto fn) {
+        prefer_l1(reinterpret_cast<const void*>(fn));
+        launch_kernel(fn, dim3(grid), dim3(kWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
+    };
+    if (p == 4) args(mmvq_group_kernel<NCMAX, R, U, 4>);
+    else if (p == 2) args(mmvq_group_kernel<NCMAX, R, U, 2>);
+    else args(mmvq_group_kernel<NCMAX, R, U, 1>);
+    check_launch("mmvq_grouped");
+}
+}  // namespace
+
+void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, int max_count,
+                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
+    if (g.qs == nullptr || g.d == nullptr || slots == nullptr || xq == nullptr || xd == nullptr || y == nullptr)
+        throw std::invalid_argument("dq::cuda::mmvq_grouped: null pointer");
+    if (g.rows <= 0 || g.cols <= 0 || g.cols % kQK != 0 || max_slots < 1 || run_slots < 1 || run_slots > max_slots)
+        throw std::invalid_argument("dq::cuda::mmvq_grouped: bad shape");
+    if (max_count < 1 || max_count > 4) throw std::invalid_argument("dq::cuda::mmvq_grouped: max_count must be 1..4");
+    // The register-streaming table's row counts (R = 4 at one column, 2 at 2..4); same bits at any R.
+    if (max_count == 1) launch_group<1, 4, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
+    else launch_group<4, 2, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
+}
+
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     validate(w, x, y, 0);
     if ((reinterpret_cast<uintptr_t>(w.qs) | reinterpret_cast<uintptr_t>(x.qs)) % 8 != 0)
@@ -860,10 +967,10 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {
     const int nt = x.ncols <= 8 ? 1 : x.ncols <= 16 ? 2 : x.ncols <= 32 ? 4 : 8;
     const dim3 grid(unsigned((w.rows + 15) / 16), unsigned((x.ncols + 8 * nt - 1) / (8 * nt)));
     switch (nt) {
-        case 1: mmq_kernel<1, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        case 2: mmq_kernel<2, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        case 4: mmq_kernel<4, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
-        default: mmq_kernel<8, 4><<<grid, 32 * kMmqWarps, 0, s>>>(w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 1: launch_kernel(mmq_kernel<1, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 2: launch_kernel(mmq_kernel<2, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        case 4: launch_kernel(mmq_kernel<4, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
+        default: launch_kernel(mmq_kernel<8, 4>, dim3(grid), dim3(32 * kMmqWarps), 0, s, w.qs, w.d, x.qs, x.d, y, w.rows, w.cols, x.ncols); break;
     }
     check_launch("mmq");
 }

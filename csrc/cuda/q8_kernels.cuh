@@ -46,6 +46,26 @@ void mmvq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // (bench/gpu/kernels_bench.cu checks ||y - ref|| / ||ref|| < 1e-5).
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 
+// Grouped narrow MMVQ (the MoE's device-side dispatch): one launch runs every slot of a table
+// in device memory, slots [0] = n, then mat[S], base[S], count[S] (S = max_slots): slot s < run_slots
+// (the launch covers those; run_slots >= the largest n the table can hold at this step) applies
+// matrix mat[s] of g to columns base[s] .. base[s] + count[s] - 1, column j's activations being
+// row x_row[j] of X (x_row null: row j), its output row j of y [*, rows]. Counts are 1..max_count
+// (max_count <= 4). Each column is reduced in the canonical order of g.cols, so it is bitwise
+// equal to a 1-column mmvq() call of its matrix on it. Nothing is read back to the host.
+struct Q8Group {
+    const int8_t* const* qs;   // device [mats]: each matrix's qs (layout of Q8Weights)
+    const uint16_t* const* d;  // device [mats]: its scales
+    int rows, cols;            // the shape of every matrix
+};
+void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, int max_count,
+                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s);
+
+// Kernel launches made by this library and by the forward's ops on the calling thread so far
+// (benches report launches per step); count_launch() adds one.
+long long launch_count();
+void count_launch();
+
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per row group, the chunks in flight, the block size and the load scheme change
 // scheduling, never the order. Built: mode 0 (R, U) = (1,2), (1,4), (2,1), (2,2), (4,1), (4,2) at

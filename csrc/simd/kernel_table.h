@@ -43,6 +43,10 @@ BlockQ8_0* kernel_scratch_blocks(size_t n);
 // Per-thread byte scratch of at least n bytes, 64-byte aligned.
 uint8_t* kernel_scratch_bytes(size_t n);
 
+// Whether the AVX2 bodies prefetch W far ahead into L2 (true on CPUs with AVX-512) or near into
+// L1 (mmvq_impl.h); fixed for the process.
+bool prefetch_far();
+
 // Per-ISA row kernels (signatures of MatRowsFn), defined in csrc/simd/.
 void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
                int row_end);
@@ -54,5 +58,6 @@ void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float*
                      int row_begin, int row_end);
 void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                     int row_begin, int row_end);
+int mmvq_pair_avx512vnni(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 
 }  // namespace dq::simd

@@ -84,28 +84,6 @@ struct ISumAvx2 {
     }
 };
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-// Offset trick: xu = x ^ 0x80 = x + 128 as unsigned bytes (transformed once per call), so
-// one vpdpbusd(corr, xu, w) = corr + sum (x + 128) * w per lane; corr = -128 * sum w per lane
-// is computed once per weight block and shared by all columns. All int32, exact, and any
-// int8 w (even -128) is fine.
-struct ISumVnni {
-    static constexpr bool kTransformsX = true;
-    static constexpr bool kSingleStream = false;  // unmeasured on AVX-512 hosts: kept at R = 4
-    struct Prep {
-        __m256i wq, corr;
-    };
-    static inline Prep prep(__m256i wq) {
-        const __m256i sum128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(0x80)), wq);
-        return {wq, _mm256_sub_epi32(_mm256_setzero_si256(), sum128)};
-    }
-    static inline __m256i transform_x(__m256i xq) {
-        return _mm256_xor_si256(xq, _mm256_set1_epi8(char(0x80)));
-    }
-    static inline __m256i isum(const Prep& p, __m256i xu) { return _mm256_dpbusd_epi32(p.corr, xu, p.wq); }
-};
-#endif
-
 // fp16 scales of X (ncols rows of nb blocks) as fp32 (exact) into buf[b * stride + c].
 inline void load_activation_scales(const BlockQ8_0* x, int ncols, int nb, int stride, float* buf) {
     for (int b = 0; b < nb; ++b)

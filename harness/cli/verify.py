@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import EvidenceInvalid
+from ..errors import EvidenceInvalid, UsageError
 from ..evidence import Evidence, load_evidence
-from ..verify import verify
+from ..verify import not_evidence, verify
 
 
 def verify_or_fail(directory: Path) -> str:
@@ -29,10 +29,15 @@ def load_verified(directory: Path) -> Evidence:
 
 @click.command(help="Re-hash every file of an evidence directory against its manifest, reject "
                     "missing, extra, modified, linked or path-escaping entries, and recompute the "
-                    "statistics from the raw samples. Exit 0 if it verifies, 1 if not.")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def command(directory: Path) -> None:
-    result = verify(directory)
+                    "statistics from the raw samples. Exit 0 if it verifies, 1 if not, 2 if DIRECTORY is "
+                    "not evidence (no manifest.json).")
+@click.argument("directory", type=str)  # checked here: click.Path stats names the OS refuses
+def command(directory: str) -> None:
+    root = Path(directory)
+    problem = not_evidence(root)  # at once, before any scan: not evidence is a user error
+    if problem:
+        raise UsageError(problem)
+    result = verify(root)
     if result.ok:
         click.echo(f"OK {result.manifest_sha}")
         return

@@ -14,6 +14,7 @@ import html
 import io
 from typing import Any
 
+from ..protocol_model import gates_drift
 from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
                    engine_device, gpu_state_rows, gpu_summary)
 
@@ -303,7 +304,7 @@ def _run_body(inp: ReportInput) -> list[str]:
                          f"({paired['n_pairs']} pairs)")
         out.append("<p>" + _e("; ".join(facts)) + ".</p>")
         blocks = comp.get("blocks")
-        if blocks and stats["kind"] == "bracket":
+        if blocks and gates_drift(stats["kind"]):
             out.append(f"<p>Per-block drift (schedule {_e(comp.get('schedule'))}):</p>")
             out.append(_table([[_e(b["block"]), _e(b["arm"]), _e(b["n"]), _e(fmt_value(b["median"], d)),
                                 _e(fmt_pct(b["delta_pct"]))] for b in blocks],

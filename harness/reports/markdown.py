@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..analysis import describe_mismatch
+from ..protocol_model import gates_drift
 from .base import (GPU_STATE_HEAD, GPU_STATE_NOTE, ReportInput, fmt_p, fmt_pct, fmt_value,
                    engine_device, gpu_state_rows, gpu_summary, with_unit)
 from .exactness_md import run_report_lines
@@ -66,7 +67,7 @@ def _comparison_lines(stats: dict, comp: dict, arms: list[dict]) -> list[str]:
     if comp["drift_pct"] is not None:
         which = "two" if len(refs) == 2 else "first and last"
         text += f" The {which} {ref_word} brackets differed by {fmt_pct(comp['drift_pct'])}."
-    elif stats["kind"] == "bracket":
+    elif gates_drift(stats["kind"]):
         text += f" Bracket drift: n/a ({comp['drift_reason']})."
     ci = comp["ci"]
     name = stats["gain_name"]
@@ -93,7 +94,7 @@ def _schedule_lines(stats: dict, comp: dict) -> list[str]:
         lines += ["", f"Wilcoxon signed-rank two-sided {p} over {paired['n_pairs']} pairs "
                       f"({paired['pairing']})."]
     blocks = comp.get("blocks")
-    if blocks and stats["kind"] == "bracket":
+    if blocks and gates_drift(stats["kind"]):
         d = stats["decimals"]
         where = ""
         if comp.get("drift_blocks"):
@@ -205,7 +206,7 @@ def _verdict_lines(stats: dict) -> list[str]:
     if v.get("design") == "fixed-N":
         lines += ["", "Design: fixed-N (one look at the protocol's N; no sequential stopping)."]
     drift = (f"max drift {fmt_pct(t['max_drift_pct'])} and below half the {stats['gain_name']}, "
-             if stats["kind"] == "bracket" else "")
+             if gates_drift(stats["kind"]) else "")
     lines += ["", f"Thresholds: min {stats['gain_name']} {fmt_pct(t['min_gain_pct'])} (point estimate; "
                   f"the CI must lie above zero), {drift}identical responses "
                   f"{'required' if t['require_identical'] else 'reported only'}."]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -36,13 +36,10 @@ from ... import analysis, identity, sequential, stats
 from ... import bracket_order
 from ...environment import redact_env
 from ...errors import UsageError
+from ...protocol_model import Protocol, thaw
+from .model import DEFAULTS, CalibrationProtocol, CalibrationSettings
 
 KIND = "calibration"
-EFFECTS_PCT = (1.0, 2.0, 3.0, 5.0, 10.0)
-N_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 100)
-DEFAULTS = {"repeats": 10, "simulations": 1000, "seed": 0, "effects_pct": list(EFFECTS_PCT),
-            "target_effect_pct": 5.0, "target_power": 0.8, "max_false_rate_pct": 1.0,
-            "n_grid": list(N_GRID)}
 
 METHODS = {
     "noise_floor": "each A/A repeat analysed exactly like a run (stats v2): spurious gain "
@@ -66,40 +63,7 @@ def _bad(field: str, expected: str, got: object) -> UsageError:
 
 def check_settings(protocol: dict) -> dict:
     """The protocol's `calibration` table, validated (UsageError naming the field)."""
-    c = protocol.get("calibration")
-    if not isinstance(c, dict):
-        raise _bad("calibration", "a table", c)
-    for key in DEFAULTS:
-        if key not in c:
-            raise _bad(f"calibration.{key}", "a value", None)
-
-    def integer(key: str, lo: int) -> int:
-        v = c[key]
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise _bad(f"calibration.{key}", f"an integer >= {lo}", v)
-        return v
-
-    def number(key: str, lo: float, hi: float, v=None) -> float:
-        v = c[key] if v is None else v
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or not lo <= v <= hi:
-            raise _bad(f"calibration.{key}", f"a number {lo}..{hi}", v)
-        return float(v)
-
-    out = {"repeats": integer("repeats", 1), "simulations": integer("simulations", 1),
-           "seed": integer("seed", 0), "target_effect_pct": number("target_effect_pct", 0, 1000),
-           "target_power": number("target_power", 0, 1),
-           "max_false_rate_pct": number("max_false_rate_pct", 0, 100)}
-    for key in ("effects_pct", "n_grid"):
-        if not isinstance(c[key], list) or not c[key]:
-            raise _bad(f"calibration.{key}", "a non-empty list", c[key])
-    out["effects_pct"] = [number("effects_pct", 0, 1000, v) for v in c["effects_pct"]]
-    grid = c["n_grid"]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 100000 for n in grid) \
-            or grid != sorted(set(grid)):
-        raise _bad("calibration.n_grid", "ascending distinct integers 1..100000", grid)
-    out["n_grid"] = list(grid)
-    return out
+    return CalibrationSettings.from_json(protocol).to_json()
 
 
 def is_calibration(protocol: object) -> bool:
@@ -170,7 +134,7 @@ class _Cells:
         return out
 
 
-def _qualifies(view: dict, records: list[dict]) -> bool:
+def _qualifies(view: Protocol, records: list[dict]) -> bool:
     """The protocol's verdict on simulated measured values (responses identical, no failures).
 
     Same numbers as a run (analysis's reference units, stats.gain_pct / drift_pct /
@@ -179,55 +143,55 @@ def _qualifies(view: dict, records: list[dict]) -> bool:
     condition must pass (the answer is the same, only cheaper). tests/test_calibration.py
     checks it against the full `analysis.comparison` path.
     """
-    gate, direction = view["gate"], view["direction"]
+    gate, direction = view.gate, view.direction
     units = [u[2] for u in analysis.reference_units(view, records, None)]
     pooled = [v for u in units for v in u]
-    cand = analysis.measured_values(records, view["candidate"], None)
+    cand = analysis.measured_values(records, view.candidate, None)
     if not pooled or not cand:
         return False
     ref_median, cand_median = float(np.median(pooled)), float(np.median(cand))
     gain = stats.gain_pct(cand_median, ref_median, direction)
     drift = None
-    if view["kind"] == "bracket":
+    if view.gates_drift:
         if len(units) < 2:
             return False
         drift = stats.drift_pct(float(np.median(units[0])), float(np.median(units[-1])), ref_median)
-        if not (drift < gate["max_drift_pct"] and drift < gain / 2):
+        if not (drift < gate.max_drift_pct and drift < gain / 2):
             return False
-    if gain < gate["min_gain_pct"]:
+    if gain < gate.min_gain_pct:
         return False
-    ci = stats.bootstrap_gain_ci(cand, pooled, direction, confidence=gate["confidence"],
-                                 resamples=gate["bootstrap_resamples"], seed=gate["seed"])
+    ci = stats.bootstrap_gain_ci(cand, pooled, direction, confidence=gate.confidence,
+                                 resamples=gate.bootstrap_resamples, seed=gate.seed)
     comp = {"group": None, "gain_pct": gain, "gain_reason": None, "drift_pct": drift,
             "drift_reason": None,
             "ci": {"confidence": ci.confidence, "low": ci.low, "high": ci.high, "reason": ci.reason}}
     n = len(records)
-    result = {"kind": view["kind"], "gain_name": "gain", "comparisons": [comp],
+    result = {"kind": view.kind, "gain_name": "gain", "comparisons": [comp],
               "responses": {"identical": True, "hashed": n, "mismatches": 0, "first_mismatch": None},
               "requests": {"total": n, "failed": 0, "cache_recorded": 0, "cache_hit_requests": 0}}
-    return bool(analysis.verdict(result, gate)["qualified"])
+    return bool(analysis.verdict(result, gate.to_json())["qualified"])
 
 
-def _qualifies_full(view: dict, records: list[dict]) -> bool:
+def _qualifies_full(view: Protocol, records: list[dict]) -> bool:
     """The same decision through the full analysis.comparison (the reference for tests)."""
     comp = analysis.comparison(view, records, None)
     n = len(records)
-    result = {"kind": view["kind"], "gain_name": "gain", "comparisons": [comp],
+    result = {"kind": view.kind, "gain_name": "gain", "comparisons": [comp],
               "responses": {"identical": True, "hashed": n, "mismatches": 0, "first_mismatch": None},
               "requests": {"total": n, "failed": 0, "cache_recorded": 0, "cache_hit_requests": 0}}
-    return bool(analysis.verdict(result, view["gate"])["qualified"])
+    return bool(analysis.verdict(result, view.gate.to_json())["qualified"])
 
 
 def _factor(effect_pct: float, direction: str) -> float:
     return 1.0 + effect_pct / 100.0 if direction == stats.HIGHER else 1.0 - effect_pct / 100.0
 
 
-def simulate(view: dict, cells: list[_Cells], effects_pct: list[float], *, simulations: int,
+def simulate(view: Protocol, cells: list[_Cells], effects_pct: list[float], *, simulations: int,
              seed: int, scale: float = 1.0) -> list[int]:
     """How many of `simulations` resampled brackets the gate qualifies, per effect size.
 
     Args:
-        view: analysis.check_protocol() of the A/A protocol (gate, direction, candidate).
+        view: the typed A/A protocol (its gate, direction, candidate).
         cells: one _Cells per A/A repeat.
         effects_pct: true candidate effects in percent (0 = A/A: false qualifications).
         simulations: resampled brackets per effect (the same draws for every effect).
@@ -241,14 +205,14 @@ def simulate(view: dict, cells: list[_Cells], effects_pct: list[float], *, simul
         repeat = cells[int(rng.integers(0, len(cells)))]
         draws = repeat.draw(rng, scale)
         for k, e in enumerate(effects_pct):
-            counts[k] += _qualifies(view, repeat.records(draws, view["candidate"],
-                                                          _factor(e, view["direction"])))
+            counts[k] += _qualifies(view, repeat.records(draws, view.candidate,
+                                                          _factor(e, view.direction)))
     return counts
 
 
 # --------------------------------------------------------------------------- stats.json
 
-def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
+def compute(protocol: CalibrationProtocol | dict, samples: list[dict], response_bytes: Callable[[str], bytes], *,
             version: int = analysis.STATS_VERSION) -> dict:
     """stats.json of calibrate evidence (see the module docstring for every method).
 
@@ -264,23 +228,23 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
     """
     if version < 2:
         raise _bad("version", "2 or later for calibration evidence", version)
-    settings = check_settings(protocol)
-    plain = {k: v for k, v in protocol.items() if k != "calibration"}
-    view = analysis.check_protocol(plain)
-    if view["kind"] != "bracket":
-        raise _bad("kind", "'bracket' (calibration runs A/A brackets)", view["kind"])
+    typed = (protocol if isinstance(protocol, CalibrationProtocol)
+             else CalibrationProtocol.from_json(protocol))
+    settings, view = typed.settings, typed.bracket
+    if view.compares_groups:
+        raise _bad("kind", "'bracket' (calibration runs A/A brackets)", view.kind)
     analysis.check_samples(samples, view)
-    repeats = settings["repeats"]
+    repeats = settings.repeats
     by_repeat: list[list[dict]] = [[] for _ in range(repeats)]
     for i, s in enumerate(samples):
         by_repeat[_repeat_of(s, repeats, i)].append(s)
 
     rows, gains, drifts, cells = [], [], [], []
-    interleaved = view["schedule_kind"] == "interleaved"
+    interleaved = view.schedule_plan.kind == "interleaved"
     for r, sub in enumerate(by_repeat):
         if not sub:
             raise _bad("calibration.repeats", f"samples for every repeat (none for repeat {r})", repeats)
-        res = analysis.compute(plain, sub, response_bytes, version=version)
+        res = analysis.compute(view, sub, response_bytes, version=version)
         comp = res["comparisons"][0]
         rows.append({"repeat": r, "gain_pct": comp["gain_pct"], "drift_pct": comp["drift_pct"],
                      "ci_low": comp["ci"]["low"], "ci_high": comp["ci"]["high"],
@@ -295,22 +259,22 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
                     if s["phase"] == "measured" and s.get("ok", True)]
         cells.append(_Cells(measured, interleaved))
 
-    sims = settings["simulations"]
-    effects = [0.0, *settings["effects_pct"]]
-    counts = simulate(view, cells, effects, simulations=sims, seed=settings["seed"])
+    sims = settings.simulations
+    effects = [0.0, *settings.effects_pct]
+    counts = simulate(view, cells, effects, simulations=sims, seed=settings.seed)
     false_rate = counts[0] / sims * 100.0
     power = [{"effect_pct": e, "qualified": c, "simulations": sims, "power": c / sims}
              for e, c in zip(effects[1:], counts[1:])]
-    n_measured = min(a["measured"] for a in protocol["arms"])
+    n_measured = min(a.measured for a in view.arms)
     recommendation = _recommend(view, cells, settings, n_measured)
     observed = sum(1 for row in rows if row["qualified"])
     out = {
         "schema": analysis.STATS_SCHEMA, "version": version, "kind": KIND,
-        "metric": view["metric"], "unit": analysis.unit_of(view["metric"]),
-        "direction": view["direction"],
-        "gain_name": "gain" if view["direction"] == stats.HIGHER else "lower time",
-        "decimals": view["decimals"], "methods": {**analysis.METHODS_V2, **METHODS},
-        "settings": settings, "schedule": view["schedule_kind"],
+        "metric": view.metric, "unit": analysis.unit_of(view.metric),
+        "direction": view.direction,
+        "gain_name": "gain" if view.direction == stats.HIGHER else "lower time",
+        "decimals": view.decimals, "methods": {**analysis.METHODS_V2, **METHODS},
+        "settings": settings.to_json(), "schedule": view.schedule_plan.kind,
         "measured_per_arm": n_measured,
         "repeats": rows,
         "noise_floor": {"gain_pct": _quantiles(gains), "drift_pct": _quantiles(drifts)},
@@ -320,12 +284,13 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
             "simulated": {"qualified": counts[0], "simulations": sims, "rate_pct": false_rate}},
         "power": power,
         "recommendation": recommendation,
-        "responses": identity.check(samples, set(view["references"]), response_bytes),
+        "responses": identity.check(samples, set(view.references), response_bytes),
         "requests": analysis.requests_json(samples),
-        "gate": view["gate"],
+        "gate": view.gate.to_json(),
     }
-    if "sequential" in protocol["calibration"]:
-        out["sequential"] = _sequential_rates(view, protocol, by_repeat, settings)
+    budget = typed.table.get("sequential")
+    if budget is not None:  # the source protocol is sequential: each repeat was one block
+        out["sequential"] = _sequential_rates(view, budget, by_repeat, settings)
     out["verdict"] = verdict(out)
     return out
 
@@ -333,43 +298,42 @@ def compute(protocol: dict, samples: list[dict], response_bytes: Callable[[str],
 SEQUENTIAL_GAINS_PCT = (0.0, 2.0, 5.5, 10.0)
 
 
-def _sequential_rates(view: dict, protocol: dict, by_repeat: list[list[dict]],
-                      settings: dict) -> dict:
+def _sequential_rates(view: Protocol, budget: Mapping[str, Any], by_repeat: list[list[dict]],
+                      settings: CalibrationSettings) -> dict:
     """A sequential protocol's calibration: every A/A repeat is one block; the rule's
     false-qualification, false-refusal and inconclusive rates and the time to a verdict at
     0, 2, 5.5 and 10% (sequential.bootstrap_rates over those blocks, within the budget)."""
-    a, b = view["references"][0], view["references"][-1]
-    cand = view["candidate"]
+    a, b = view.references[0], view.references[-1]
+    cand = view.candidate
     blocks, spans = [], []
     for sub in by_repeat:
         measured = [s for s in sub if s["phase"] == "measured" and s.get("ok", True)]
         values = {arm: [float(s["value"]) for s in measured if s["arm"] == arm] for arm in (a, cand, b)}
         blocks.append(sequential.block_stat(len(blocks), values[a], values[cand], values[b],
-                                            view["direction"]))
+                                            view.direction))
         stamps = sorted(s["t_start_utc"] for s in sub if isinstance(s.get("t_start_utc"), str))
         if len(stamps) > 1:
             spans.append((_dt.datetime.fromisoformat(stamps[-1].replace("Z", "+00:00"))
                           - _dt.datetime.fromisoformat(stamps[0].replace("Z", "+00:00"))).total_seconds())
-    budget = protocol["calibration"]["sequential"]
-    per_block = max(arm["measured"] for arm in protocol["arms"])
+    per_block = max(arm.measured or 0 for arm in view.arms)
     # a block's wall time: its requests' span (starts excluded, so a lower bound)
     spb = float(np.median(spans)) if spans else None
     max_blocks = budget["max_rounds"] // per_block
     if spb:
         max_blocks = max(1, min(max_blocks, math.ceil(budget["max_seconds"] / spb)))
-    gate = view["gate"]
+    gate = view.gate
     rates = sequential.bootstrap_rates(
         [x.r for x in blocks], [x.drift for x in blocks], SEQUENTIAL_GAINS_PCT,
-        direction=view["direction"], confidence=gate["confidence"],
-        min_gain_pct=gate["min_gain_pct"], max_drift_pct=gate["max_drift_pct"],
-        max_blocks=max_blocks, seconds_per_block=spb, simulations=settings["simulations"],
-        seed=settings["seed"])
-    g = gate["min_gain_pct"]
+        direction=view.direction, confidence=gate.confidence,
+        min_gain_pct=gate.min_gain_pct, max_drift_pct=gate.max_drift_pct,
+        max_blocks=max_blocks, seconds_per_block=spb, simulations=settings.simulations,
+        seed=settings.seed)
+    g = gate.min_gain_pct
     return {"method": "A/A blocks resampled with replacement into sequential brackets, true gain "
                       "added to every block (sequential.bootstrap_rates), decided by the "
                       "protocol's own rule at every look within its budget",
             "blocks": len(blocks), "seconds_per_block": spb, "max_blocks": max_blocks,
-            "budget": dict(budget),
+            "budget": thaw(budget),
             "rates": [{"gain_pct": x.gain_pct, "simulations": x.simulations,
                        "qualified": x.qualified, "not_qualified": x.not_qualified,
                        "inconclusive": x.inconclusive,
@@ -383,16 +347,16 @@ def _sequential_rates(view: dict, protocol: dict, by_repeat: list[list[dict]],
                       for x in rates]}
 
 
-def _recommend(view: dict, cells: list[_Cells], settings: dict, n_measured: int) -> dict:
+def _recommend(view: Protocol, cells: list[_Cells], settings: CalibrationSettings, n_measured: int) -> dict:
     """Smallest N on the grid reaching the target power at the target effect, by bisection
     over the grid (assumes power does not fall as N grows; every N tried is listed)."""
-    effect, target, sims = settings["target_effect_pct"], settings["target_power"], settings["simulations"]
-    grid = settings["n_grid"]
+    effect, target, sims = settings.target_effect_pct, settings.target_power, settings.simulations
+    grid = settings.n_grid
     tried: dict[int, float] = {}
 
     def power_at(n: int) -> float:
         if n not in tried:
-            count = simulate(view, cells, [effect], simulations=sims, seed=settings["seed"],
+            count = simulate(view, cells, [effect], simulations=sims, seed=settings.seed,
                              scale=n / n_measured)[0]
             tried[n] = count / sims
         return tried[n]
@@ -447,7 +411,7 @@ def aa_protocol(resolved: dict, settings: dict) -> dict:
     """The A/A version of a bracket protocol: every arm runs the first reference arm's
     configuration (env, engine args, program), ids/roles/counts/schedule unchanged; the
     `calibration` table carries the settings and the original arms."""
-    if resolved["kind"] != "bracket":
+    if Protocol.from_json(resolved).compares_groups:
         raise UsageError("calibrate runs A/A brackets: it takes a bracket protocol, not "
                          f"a {resolved['kind']} protocol", field="kind")
     ref = next(a for a in resolved["arms"] if a["role"] == "reference")

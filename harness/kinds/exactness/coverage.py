@@ -10,7 +10,9 @@ request; a snapshot saved mid-prompt, restored and continued.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+from .model import TraceRequest
 
 
 def _step_at(steps: list[dict[str, Any]], pos: int) -> dict[str, Any] | None:
@@ -38,18 +40,18 @@ def _around(label: str, boundary: int, runs: list[tuple[str, Any]]) -> dict[str,
     return {"item": label, "ok": False, "seen": f"no request reaches position {boundary + 1} with steps around it"}
 
 
-def coverage(model: dict[str, Any], candidate: dict[str, Any], runs: list[tuple[str, Any]],
-             requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def coverage(model: dict[str, Any], chunk: int, runs: list[tuple[str, Any]],
+             requests: Sequence[TraceRequest]) -> list[dict[str, Any]]:
     """Coverage rows for one candidate: [{item, ok, seen}].
 
     Args:
         model: the model config from the trace header (ratios, n_swa, n_layers, n_hash_layers).
-        candidate: the candidate entry (engine options: chunk).
+        chunk: the candidate's prefill chunk (1: no band tails to cover).
         runs: (request id, Trace) pairs of the candidate, in request order.
-        requests: the protocol's requests (id, repeat_of, snapshot_at).
+        requests: the protocol's typed requests (id, repeat_of, snapshot_at).
     """
     rows: list[dict[str, Any]] = []
-    chunk = int(candidate.get("chunk", 1))
+    chunk = int(chunk)
     for w in range(1, min(chunk - 1, 3) + 1):
         seen = None
         for req, tr in runs:
@@ -74,12 +76,12 @@ def coverage(model: dict[str, Any], candidate: dict[str, Any], runs: list[tuple[
         rows.append({"item": label, "ok": bool(layers) and compared == list(layers),
                      "seen": f"route ids/weights compared in layers {compared}" if compared
                      else "no routes compared"})
-    by_id = {q["id"]: q for q in requests}
-    rep = [q for q in requests if q.get("repeat_of") and q["repeat_of"] in by_id]
+    by_id = {q.id: q for q in requests}
+    rep = [q for q in requests if q.repeat_of and q.repeat_of in by_id]
     traced = {req for req, _ in runs}
-    rep = [q for q in rep if q["id"] in traced and q["repeat_of"] in traced]
+    rep = [q for q in rep if q.id in traced and q.repeat_of in traced]
     rows.append({"item": "repeated request", "ok": bool(rep),
-                 "seen": f"{rep[0]['id']} repeats {rep[0]['repeat_of']} in the same worker" if rep
+                 "seen": f"{rep[0].id} repeats {rep[0].repeat_of} in the same worker" if rep
                  else "no request is repeated"})
     snap = None
     for req, tr in runs:

@@ -1,4 +1,5 @@
-"""The exactness protocol schema (kind = "exactness", schema_version 1): load, validate, resolve.
+"""The exactness protocol schema (kind = "exactness", schema_version 1): load, validate, resolve
+into the typed ExactnessProtocol (model.py).
 
     schema_version = 1
     kind = "exactness"
@@ -20,6 +21,7 @@ from ...checker import Checker
 from ...protocol import (ID_RE, SCHEMA_VERSION, Document, LoadedProtocol, cut_corpus, parse_engine_args,
                          parse_env, read_document)
 from ...targets import options as target_options
+from .model import ExactnessProtocol
 
 KIND = "exactness"
 LEVELS = ("raw", "digest")
@@ -44,7 +46,9 @@ def from_document(document: Document) -> LoadedProtocol:
     """The exactness schema: validate and resolve a read protocol document."""
     resolved = resolve(document.doc, file=document.display)
     resolved["source"] = document.source()
-    return LoadedProtocol(resolved=resolved, source_bytes=document.raw, path=str(document.path))
+    typed = ExactnessProtocol.from_json(resolved)
+    return LoadedProtocol(resolved=typed.to_json(), source_bytes=document.raw,
+                          path=str(document.path), protocol=typed)
 
 
 def resolve(doc: dict, *, file: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from ...errors import QualifyError
 from ...evidence import first_difference, read_json
 from .diff import TraceError
 from .flow import RESULTS, analyze, trace_rel
+from .model import ExactnessProtocol
 
 REQUIRED = ("protocol.json", "environment.json", RESULTS)
 
@@ -33,13 +34,18 @@ def recompute(root: Path, result: Any) -> None:
         return p.read_bytes()
 
     try:
-        for arm in protocol["arms"]:
-            for q in protocol["requests"]:
-                rel = trace_rel(arm["id"], q["id"])
+        typed = ExactnessProtocol.from_json(protocol)
+    except QualifyError as exc:
+        result.add("protocol.json", f"cannot recompute: {exc}")
+        return
+    try:
+        for arm in typed.arms:
+            for q in typed.requests:
+                rel = trace_rel(arm.id, q.id)
                 if not (root / rel).is_file():
                     result.add(rel, "required trace missing")
                     return
-        fresh = analyze(protocol, read)
+        fresh = analyze(typed, read)
     except TraceError as exc:
         result.add("traces", f"cannot recompute: {exc}")
         return

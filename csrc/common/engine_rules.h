@@ -1,0 +1,149 @@
+// Rules shared by the CPU engine and the CUDA engine, written once as __host__ __device__ code:
+// MoE routing (scores, top-k, weights) and its per-expert grouping, the hyper-connection mixing
+// weights (sigmoids + Sinkhorn), and the prefill argument checks. Each device compiles the same
+// source, so the CPU and the GPU apply one definition of each rule (their libm exp and their
+// reduction trees elsewhere still differ, so CPU and GPU results are close, not bitwise equal).
+// Plain scalar float code: no contraction (-ffp-contract=off on the CPU, --fmad=false on CUDA).
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "model_config.h"
+
+#if defined(__CUDACC__)
+#define DQ_HD __host__ __device__ __forceinline__
+#else
+#define DQ_HD inline
+#endif
+
+namespace dq { namespace rules {
+
+DQ_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// sqrt(softplus(x)), stable for large |x|.
+DQ_HD float sqrt_softplus(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
+
+// Routing of one token from its router logits [E]. Hash layers (tid2eid non-null) take experts
+// tid2eid[token * K + k]; learned layers take the top-k of score + bias (repeated argmax, the
+// lowest index wins ties), score = sqrt(softplus(logit)). Weights: the chosen scores
+// renormalized over the k slots, times routed_scale (the bias never enters).
+// scratch: [2 * E]; ids / wts: [K].
+DQ_HD void route_from_logits(const float* logits, const float* bias, const int32_t* tid2eid, int token, int E,
+                             int K, float routed_scale, int32_t* ids, float* wts, float* scratch) {
+    float* score = scratch;
+    float* sel = scratch + E;
+    for (int e = 0; e < E; ++e) {
+        score[e] = sqrt_softplus(logits[e]);
+        sel[e] = score[e] + bias[e];
+    }
+    if (tid2eid != nullptr) {
+        for (int k = 0; k < K; ++k) ids[k] = tid2eid[size_t(token) * K + k];
+    } else {
+        for (int k = 0; k < K; ++k) {
+            int best = -1;
+            for (int e = 0; e < E; ++e) {
+                if (sel[e] == -INFINITY) continue;
+                if (best < 0 || sel[e] > sel[best]) best = e;
+            }
+            ids[k] = best;
+            sel[best] = -INFINITY;
+        }
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += score[ids[k]];
+    for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * routed_scale;
+}
+
+// The MoE column layout of a step of w tokens (ids [w, K]): columns 0..w-1 are the shared
+// expert's (token order), then each routed expert's columns in expert index order, tokens in
+// order within an expert. Writes tok_of_col [w + w*K] (the token of each column), col_of
+// [w * K] ((token, slot) -> its column), and per expert its first column base[e] and count[e]
+// (count 0 when unused); returns the number of columns (w + w*K). The CUDA router calls it; the
+// CPU's moe_step gathers its columns in this same order.
+DQ_HD int moe_columns(const int32_t* ids, int w, int K, int E, int32_t* tok_of_col, int32_t* col_of, int32_t* base,
+                      int32_t* count) {
+    int n = 0;
+    for (int t = 0; t < w; ++t) tok_of_col[n++] = t;
+    for (int e = 0; e < E; ++e) {
+        base[e] = n;
+        for (int t = 0; t < w; ++t)
+            for (int k = 0; k < K; ++k)
+                if (ids[t * K + k] == e) {
+                    col_of[t * K + k] = n;
+                    tok_of_col[n++] = t;
+                }
+        count[e] = n - base[e];
+    }
+    return n;
+}
+
+// Hyper-connection pre/post weights of one token from its dyn values [2 hc + hc*hc]:
+// pre[i] = sigmoid(static_pre[i] + s dyn[i]), post[i] = 2 sigmoid(static_post[i] + s dyn[hc + i]).
+DQ_HD void hc_pre_post(const float* static_pre, const float* static_post, float dyn_scale, const float* dyn, int hc,
+                       float* pre, float* post) {
+    for (int i = 0; i < hc; ++i) {
+        pre[i] = sigmoid(static_pre[i] + dyn_scale * dyn[i]);
+        post[i] = 2.0f * sigmoid(static_post[i] + dyn_scale * dyn[hc + i]);
+    }
+}
+
+// The mixing matrix M [hc, hc] of one token: exp(static_res + s dyn[2 hc ..] - max) made (nearly)
+// doubly stochastic by `iters` Sinkhorn iterations (rows, then columns, each divided by its sum
+// taken in index order). Lanes lane = 0 .. nlanes - 1 share the work, each element and each
+// row / column sum computed by one lane in the serial order, so any nlanes gives the serial bits;
+// sync() orders the lanes between phases (CPU: one lane, no-op; GPU: one warp, __syncwarp).
+template <class Sync>
+DQ_HD void hc_sinkhorn(const float* static_res, float dyn_scale, const float* dyn, int hc, int iters, float* M,
+                       int lane, int nlanes, Sync sync) {
+    const int n = hc * hc;
+    for (int k = lane; k < n; k += nlanes) M[k] = static_res[k] + dyn_scale * dyn[2 * hc + k];
+    sync();
+    float m = -INFINITY;
+    for (int k = 0; k < n; ++k) m = m < M[k] ? M[k] : m;  // std::max(m, M[k]), every lane alike
+    sync();
+    for (int k = lane; k < n; k += nlanes) M[k] = expf(M[k] - m);
+    sync();
+    for (int it = 0; it < iters; ++it) {
+        for (int i = lane; i < hc; i += nlanes) {
+            float s = 0.0f;
+            for (int j = 0; j < hc; ++j) s += M[i * hc + j];
+            for (int j = 0; j < hc; ++j) M[i * hc + j] /= s;
+        }
+        sync();
+        for (int j = lane; j < hc; j += nlanes) {
+            float s = 0.0f;
+            for (int i = 0; i < hc; ++i) s += M[i * hc + j];
+            for (int i = 0; i < hc; ++i) M[i * hc + j] /= s;
+        }
+        sync();
+    }
+}
+
+struct NoSync {
+    DQ_HD void operator()() const {}
+};
+
+// Both, serially (the CPU's hc_mix).
+DQ_HD void hc_mix_weights(const float* static_pre, const float* static_post, const float* static_res, float dyn_scale,
+                          const float* dyn, int hc, int iters, float* pre, float* post, float* M) {
+    hc_pre_post(static_pre, static_post, dyn_scale, dyn, hc, pre, post);
+    hc_sinkhorn(static_res, dyn_scale, dyn, hc, iters, M, 0, 1, NoSync{});
+}
+
+// The prefill argument checks of Session::prefill and GpuSession::prefill (host only): null
+// when the call is valid, else the message of the std::invalid_argument to throw.
+// pos: the session's position; tokens: host ids [n].
+inline const char* prefill_arg_error(const ModelConfig& c, int pos, const int32_t* tokens, int n, int chunk,
+                                     int mmvq_max_ncols, int approx_width) {
+    if (n < 1) return "prefill needs at least one token";
+    if (pos + n > c.ctx) return "prompt longer than the context";
+    if (chunk < 1 || chunk > kMaxBandChunk) return "chunk must be 1..4";
+    if (mmvq_max_ncols < 1 || mmvq_max_ncols > kMaxMmvqCols) return "mmvq_max_ncols must be 1..8";
+    if (approx_width < 1 || approx_width > kMaxStep) return "approx_width must be 1..32";
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= c.vocab) return "token id out of range";
+    return nullptr;
+}
+
+}}  // namespace dq::rules

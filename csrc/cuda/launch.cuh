@@ -1,0 +1,39 @@
+// Kernel launches with programmatic dependent launch (PDL, Hopper): a kernel's grid may be
+// scheduled while the previous kernel on the stream drains, and waits at its first instruction
+// (pdl_begin) until that kernel has completed and its memory is visible, so the order and the
+// bits are those of plain stream order. Captured into CUDA graphs as programmatic edges.
+// DQ_GPU_PDL=0 launches without it (same bits; an A/B switch for benches).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace dq { namespace cuda {
+
+bool pdl_enabled();  // DQ_GPU_PDL != "0", read once
+
+// Every kernel launched through launch_kernel starts with this: wait for the previous grid,
+// then let the next one be scheduled (after the wait, so at most one grid waits ahead).
+__device__ __forceinline__ void pdl_begin() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute; errors are left for
+// cudaGetLastError (the callers' launch checks).
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+}}  // namespace dq::cuda
