@@ -12,9 +12,9 @@ import math
 import re
 from typing import Callable
 
-from . import bracket_order, builds, identity, stats, token_diff
+from . import bracket_order, builds, identity, sequential, stats, token_diff
 from .errors import UsageError
-from .protocol_model import Gate, Protocol, traits_of
+from .protocol_model import Gate, Protocol, thaw, traits_of
 
 STATS_SCHEMA = "dflash-qualify.stats"
 # Version history:
@@ -23,8 +23,14 @@ STATS_SCHEMA = "dflash-qualify.stats"
 #      reference block of a sequential schedule (ABA: arms A and B, as in 1); comparisons add
 #      `schedule`, `drift_blocks`, `blocks` (per-block medians and drift) and `paired_test`
 #      (Wilcoxon signed-rank). `verify` recomputes a version-1 file the version-1 way.
-#   3: a response mismatch whose samples carry token ids names the first differing token
-#      (responses.first_mismatch.first_differing_token, harness/token_diff.py).
+#   3: (this release, one version for two additions)
+#      a response mismatch whose samples carry token ids names the first differing token
+#      (responses.first_mismatch.first_differing_token, harness/token_diff.py); and
+#      three answers. `verdict` adds `decision` (QUALIFIED | NOT QUALIFIED | INCONCLUSIVE) and
+#      `design` ("fixed-N" | "sequential"). Sequential brackets (protocol `sequential`): samples'
+#      `block` numbers blocks of fresh workers; a `sequential` table (blocks, every look,
+#      decision, projection; harness/sequential.py) replaces the fixed-N CI/gain/drift
+#      conditions by one `sequential_bound` condition. Versions 1 and 2 verify as written.
 STATS_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 
@@ -315,7 +321,78 @@ def compute(protocol: Protocol | dict, samples: list[dict], response_bytes: Call
         arms_json = [a.to_json() for a in view.arms]
         out["builds"] = {"arms": {a["id"]: a.get("build") for a in arms_json},
                          "conflicts": builds.conflicts(arms_json)}
+    if version >= 3 and view.sequential is not None:
+        out["sequential"] = sequential_json(view, samples)
     out["verdict"] = verdict(out, out["gate"])
+    return out
+
+
+def sequential_verdict(view: Protocol, samples: list[dict]) -> sequential.SequentialVerdict:
+    """The sequential rule recomputed from a sequential bracket's raw samples."""
+    a, b = view.references[0], view.references[-1]
+    try:
+        blocks = sequential.blocks_from_records(samples, reference_a=a, candidate=view.candidate,
+                                                reference_b=b, direction=view.direction)
+    except ValueError as exc:
+        raise _bad("samples", "every block with measured values of every arm", str(exc),
+                   "samples.jsonl") from None
+    gate = view.gate
+    return sequential.decide(blocks, direction=view.direction, confidence=gate.confidence,
+                             min_gain_pct=gate.min_gain_pct, max_drift_pct=gate.max_drift_pct)
+
+
+STOPS = ("decided", "responses_differ", "max_rounds", "max_seconds")
+
+
+def check_looks(protocol: Protocol | dict, samples: list[dict], looks: list[dict]) -> list[str]:
+    """Where a sequential run's looks.jsonl (the looks that drove its stopping) does not follow
+    from its samples: every look recomputed (sequential.check_recorded), and the stop justified
+    (decided at that look; responses that differ; the round budget; the time budget).
+
+    Returns:
+        One sentence per problem (empty: the recorded stopping decision follows)."""
+    view = typed(protocol)
+    if view.sequential is None:
+        return []
+    fresh = sequential_verdict(view, samples)
+    if not looks or not all(isinstance(x, dict) for x in looks):
+        return ["no looks recorded for a sequential bracket"]
+    last = looks[-1]
+    recorded = last.get("decision")
+    recorded = sequential.INCONCLUSIVE if recorded == sequential.CONTINUE else recorded
+    out = [f"look {m.look if m.look is not None else '-'}: {m.field} recorded {m.recorded!r}, "
+           f"recomputed from samples.jsonl {m.recomputed!r}"
+           for m in sequential.check_recorded(looks, recorded, fresh)]
+    stops = [x.get("stop") for x in looks]
+    if any(stop is not None for stop in stops[:-1]):
+        out.append("a look before the last one records a stop")
+    stop, n = stops[-1], len(looks)
+    per_block = max(a.measured or 0 for a in view.arms)
+    budget = view.sequential
+    if stop not in STOPS:
+        out.append(f"the last look's stop: expected one of {list(STOPS)}, got {stop!r}")
+    elif stop == "decided" and fresh.decided_at != n:
+        out.append(f"stopped as decided after {n} blocks, but the rule decides "
+                   f"{'at block ' + str(fresh.decided_at) if fresh.decided_at else 'at no block'}")
+    elif stop == "responses_differ" and len({s.get("response_sha256") for s in samples
+                                              if s.get("response_sha256")}) < 2:
+        out.append("stopped for differing responses, but every response is identical")
+    elif stop == "max_rounds" and (n + 1) * per_block <= budget["max_rounds"]:
+        out.append(f"stopped for the round budget after {n} blocks of {per_block} rounds, but "
+                   f"another block fits max_rounds = {budget['max_rounds']}")
+    elif stop == "max_seconds" and not (isinstance(last.get("elapsed_s"), (int, float))
+                                        and last["elapsed_s"] >= budget["max_seconds"]):
+        out.append(f"stopped for the time budget at {last.get('elapsed_s')!r} s, before "
+                   f"max_seconds = {budget['max_seconds']:g}")
+    if stop != "decided" and fresh.decided_at is not None and fresh.decided_at < n:
+        out.append(f"the rule decided at block {fresh.decided_at}, but the run went on")
+    return out
+
+
+def sequential_json(view: Protocol, samples: list[dict]) -> dict:
+    """stats.json's `sequential` table: the rule's blocks, looks and decision, and the budget."""
+    out = sequential.verdict_json(sequential_verdict(view, samples))
+    out["budget"] = thaw(view.sequential)
     return out
 
 
@@ -387,12 +464,52 @@ def verdict(result: dict, gate: dict) -> dict:
     if req["cache_recorded"]:
         conds.append(condition("cache_cold", None, req["cache_hit_requests"] == 0, "cache_hit",
                            f"{req['cache_hit_requests']} of {req['cache_recorded']} requests hit a cache"))
-    for comp in result["comparisons"]:
-        conds.extend(_comparison_conditions(comp, gate, traits_of(result["kind"]).gates_drift,
-                                            result.get("gain_name", "gain")))
+    seq = result.get("sequential")
+    if seq is not None:
+        conds.append(_sequential_condition(result, gate))
+    else:
+        for comp in result["comparisons"]:
+            conds.extend(_comparison_conditions(comp, gate, traits_of(result["kind"]).gates_drift,
+                                                result.get("gain_name", "gain")))
     failed = [c for c in conds if not c["passed"]]
-    return {"qualified": not failed, "thresholds": gate, "conditions": conds,
-            "reasons": list(dict.fromkeys(c["reason"] for c in failed))}
+    out = {"qualified": not failed, "thresholds": gate, "conditions": conds,
+           "reasons": list(dict.fromkeys(c["reason"] for c in failed))}
+    if result.get("version", 0) >= 3:
+        # INCONCLUSIVE only when nothing but the budget stands in the way of an answer
+        inconclusive = [c["reason"] for c in failed] == [sequential.REASON_BUDGET]
+        out["decision"] = (sequential.QUALIFIED if not failed else
+                           sequential.INCONCLUSIVE if inconclusive else sequential.NOT_QUALIFIED)
+        out["design"] = "sequential" if seq is not None else "fixed-N"
+    return out
+
+
+def _sequential_condition(result: dict, gate: dict) -> dict:
+    """The sequential rule's answer (recomputed under `gate`'s thresholds) as one condition."""
+    seq = result["sequential"]
+    if (gate["min_gain_pct"], gate["max_drift_pct"], gate["confidence"]) != (
+            seq["min_gain_pct"], seq["max_drift_pct"], seq["confidence"]):
+        raise UsageError("a sequential verdict is decided by its stopping rule at the thresholds "
+                         "it ran with; re-run with the new gate instead of overriding it",
+                         field="--min-gain/--max-drift")
+    look = seq["looks"][-1] if seq["looks"] else None
+    bound = ("no look" if look is None else
+             f"{seq['confidence'] * 100:g}% confidence sequence after {look['n']} blocks: "
+             f"[{_pct(look['lo_pct'])}, {_pct(look['hi_pct'])}]")
+    g = _pct(seq["min_gain_pct"])
+    if seq["decision"] == sequential.QUALIFIED:
+        return condition("sequential_bound", None, True, None, f"{bound}: the lower bound clears {g}")
+    if seq["reason"] == sequential.REASON_BELOW:
+        msg = f"{bound}: the upper bound is below {g}"
+    elif seq["reason"] == sequential.REASON_DRIFT:
+        msg = (f"{bound}; the references A and B disagree beyond {_pct(seq['max_drift_pct'])}: "
+               f"their drift's sequence [{_pct(look['drift_lo_pct'])}, "
+               f"{_pct(look['drift_hi_pct'])}] lies outside +-{_pct(seq['max_drift_pct'])}")
+    else:
+        proj = seq["projection"] or {}
+        likely = (f"about {proj['blocks']} blocks would likely decide it ({proj['decision']})"
+                  if proj.get("blocks") else proj.get("reason") or "no projection")
+        msg = f"INCONCLUSIVE: {bound} still contains {g} when the budget ran out: {likely}"
+    return condition("sequential_bound", None, False, seq["reason"], msg)
 
 
 def _comparison_conditions(comp: dict, gate: dict, gates_drift: bool, gain_name: str) -> list[dict]:

@@ -21,10 +21,11 @@ def decide(stats: dict, *, min_gain_pct: float | None = None,
 
 
 def summary_line(name: str, verdict: dict) -> str:
-    """One line for the terminal: the verdict and its reasons."""
+    """One line for the terminal: the verdict's answer and its reasons."""
     if verdict["qualified"]:
         return f"{name}: QUALIFIED"
-    return f"{name}: NOT QUALIFIED ({', '.join(verdict['reasons'])})"
+    answer = verdict.get("decision") or "NOT QUALIFIED"
+    return f"{name}: {answer} ({', '.join(verdict['reasons'])})"
 
 
 def junit(name: str, verdict: dict) -> str:

@@ -190,6 +190,10 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         if build is not None and "ref" in a:
             arm["ref"] = a["ref"]
     schedule, schedule_plan = _schedule(ck, doc.get("schedule"), arms, kind)
+    if measure["sequential"] and schedule_plan["kind"] != "interleaved":
+        ck.fail("schedule", '"interleaved" with measure.sequential = true (each block starts '
+                'fresh workers in a shuffled order and interleaves their rounds)',
+                schedule_plan["kind"])
     warnings = _http_checks(ck, doc, target, arms, measure)
     if target["kind"] == "openai":  # a timings preset's server-command rules (openai_options.py)
         commands = [c for c in [target["command"]] + [a.get("command") for a in arms] if c]
@@ -210,6 +214,7 @@ def resolve(doc: dict, *, file: str, base_dir: Path) -> dict[str, Any]:
         "metric": measure["metric"], "direction": METRICS[measure["metric"]],
         "target": target, "max_tokens": measure["max_tokens"], "cache": measure["cache"],
         "timeouts": measure["timeouts"], "prompts": prompts,
+        **({"sequential": measure["sequential"]} if measure["sequential"] else {}),
         "groups": [p["id"] for p in prompts] if TRAITS[kind].compares_groups else [],
         "arms": arms, "schedule": schedule, "schedule_plan": schedule_plan, "gate": gate,
         "warnings": warnings, **extra, **extra_build,
@@ -264,11 +269,12 @@ def _expand_commands(target: dict, arms: list[dict], base_dir: Path) -> None:
 
 def _measure(ck: Checker, m: dict, kind: str) -> dict:
     ck.table(m, "measure", {"metric", "warmups", "measured", "max_tokens", "cache",
-                            "start_timeout_s", "request_timeout_s", "arm_timeout_s"})
+                            "start_timeout_s", "request_timeout_s", "arm_timeout_s",
+                            "sequential", "max_rounds", "max_seconds"})
     metric = ck.string(m.get("metric", DEFAULT_METRIC[kind]), "measure.metric", choices=METRICS)
     cache = ck.string(m.get("cache", "cold"), "measure.cache", choices=CACHE_POLICIES)
     return {
-        "metric": metric, "cache": cache,
+        "metric": metric, "cache": cache, "sequential": _sequential(ck, m, kind),
         "warmups": ck.integer(m.get("warmups", 2), "measure.warmups", lo=0, hi=100000),
         "measured": ck.integer(m.get("measured", 5), "measure.measured", lo=1, hi=100000),
         "max_tokens": ck.integer(m.get("max_tokens", 8), "measure.max_tokens", lo=1, hi=1 << 20),
@@ -281,6 +287,27 @@ def _measure(ck: Checker, m: dict, kind: str) -> dict:
                                lo=0, lo_open=True),
         },
     }
+
+
+def _sequential(ck: Checker, m: dict, kind: str) -> dict | None:
+    """[measure] sequential = true: blocks of fresh workers until decided or the budget is spent
+    (harness/sequential.py). Each block runs every arm's warmups and measured rounds; the
+    budget is max_rounds measured rounds per arm over all blocks and max_seconds of wall time."""
+    on = ck.boolean(m.get("sequential", False), "measure.sequential")
+    if not on:
+        for key in ("max_rounds", "max_seconds"):
+            if key in m:
+                ck.fail(f"measure.{key}", "no budget (it applies to measure.sequential = true)",
+                        m[key])
+        return None
+    if kind != "bracket":
+        ck.fail("measure.sequential", 'false for a compare protocol (sequential blocks are '
+                'for brackets)', on)
+    for key in ("max_rounds", "max_seconds"):
+        if key not in m:
+            ck.fail(f"measure.{key}", "a budget (required with measure.sequential = true)", None)
+    return {"max_rounds": ck.integer(m["max_rounds"], "measure.max_rounds", lo=1, hi=10_000_000),
+            "max_seconds": ck.number(m["max_seconds"], "measure.max_seconds", lo=0, lo_open=True)}
 
 
 def _prompts(ck: Checker, items, kind: str, base_dir: Path) -> list[dict]:

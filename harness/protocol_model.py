@@ -201,7 +201,7 @@ class _Stored:
 # protocol.json keys carried as frozen JSON values (validated by protocol.resolve on load)
 _PLAIN_KEYS = ("schema_version", "name", "description", "target", "max_tokens", "cache",
                "timeouts", "prompts", "warnings", "exactness", "source", "overrides", "report",
-               "build")
+               "build", "sequential")
 _TYPED_KEYS = ("kind", "metric", "direction", "arms", "schedule", "groups", "gate",
                "schedule_plan")
 
@@ -233,6 +233,8 @@ class Protocol:
     overrides: Mapping[str, Any] | None = None
     report: Mapping[str, Any] | None = None
     build: Mapping[str, Any] | None = None   # [build]: repo, command, artifacts (builds.py)
+    # [measure] sequential = true: {"max_rounds", "max_seconds"} (harness/sequential.py)
+    sequential: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: EMPTY)    # keys another kind adds (e.g. calibration), as stored
     # derived once in from_json: schedule order with every arm, references first to last
     references: tuple[str, ...] = field(default=(), compare=False)
@@ -319,6 +321,13 @@ class Protocol:
         decimals = report.get("decimals", DEFAULT_DECIMALS)
         if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 12:
             raise _bad("report.decimals", "an integer 0..12", decimals)
+        seq = protocol.get("sequential")
+        if seq is not None and not (
+                isinstance(seq, dict) and set(seq) == {"max_rounds", "max_seconds"}
+                and kind == "bracket" and len(references) == 2
+                and all(_is_number(seq[k]) and seq[k] > 0 for k in seq)):
+            raise _bad("sequential", "{max_rounds, max_seconds} > 0 on a bracket with two "
+                       "reference arms", seq)
         plan = SchedulePlan.from_json(protocol.get("schedule_plan", bracket_order.DEFAULT))
         gate = Gate.from_json(protocol.get("gate"))
         plain = {k: freeze(protocol[k]) for k in _PLAIN_KEYS if k in protocol}

@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import bracket_order, environment, gpu
+import numpy as np
+
+from . import bracket_order, environment, gpu, sequential
 from .errors import RunFailed
 from .targets import Request, Response, Target, TargetError, make_target
 
@@ -26,7 +28,7 @@ MakeTarget = Callable[[dict, dict], Target]
 class Event:
     """A progress event for the display: one arm started/finished or one request done."""
 
-    kind: str                    # "arm_start" | "request" | "arm_end" | "build" (label: text)
+    kind: str                    # "arm_start" | "request" | "arm_end" | "build" | "look" (label: text)
     arm: str
     label: str
     phase: str | None = None     # "warmup" | "measured"
@@ -49,6 +51,15 @@ def metric_value(metric: str, r: Response) -> float:
     if metric == "decode_tok_s":
         return r.generated_tokens / (r.decode_ms / 1e3) if r.decode_ms > 0 else 0.0
     raise ValueError(f"unknown metric {metric!r}")
+
+
+def _look_text(look: dict) -> str:
+    """One look as a progress line: blocks, bound, decision."""
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.2f}%"
+    return (f"block {look['n']}: gain {pct(look['gain_pct'])}, bound [{pct(look['lo_pct'])}, "
+            f"{pct(look['hi_pct'])}], {look['decision']}"
+            + (f" ({look['stop']})" if look.get("stop") else ""))
 
 
 def _number_or_none(x: Any) -> float | None:
@@ -79,12 +90,15 @@ class Runner:
         self._log_names: dict[int, str] = {}   # id(target) -> log file stem
         # cuda targets: nvidia-smi is read before and after every visit of every arm
         self._read_gpu = environment.target_device(protocol) == "cuda"
+        self.looks: list[dict[str, Any]] = []   # sequential brackets: one record per block
 
     # ------------------------------------------------------------------ public
     def run(self) -> list[dict[str, Any]]:
         """Run the schedule; returns the sample records (also appended to samples.jsonl)."""
         try:
-            if self.protocol.get("groups"):  # compare: every prompt a group, arms alternate
+            if self.protocol.get("sequential"):  # blocks of fresh workers until decided
+                self._run_blocks()
+            elif self.protocol.get("groups"):  # compare: every prompt a group, arms alternate
                 self._run_interleaved(self.protocol["prompts"], grouped=True)
             elif bracket_order.plan_of(self.protocol)["kind"] == "interleaved":
                 self._run_interleaved(self.protocol["prompts"][:1], grouped=False)
@@ -198,6 +212,65 @@ class Runner:
         for arm in order:
             self._stop(targets[arm["id"]])
             self._event("arm_end", arm)
+
+    def _run_blocks(self) -> None:
+        """A sequential bracket: blocks of fresh workers until decided or the budget is spent.
+
+        Each block starts one fresh worker per arm, in an order shuffled per block (numpy
+        PCG64 seeded with gate.seed), runs their warm-up then measured rounds interleaved
+        (one request per arm per round) and stops them; then sequential.decide looks at every
+        block so far. looks.jsonl records each look and why the run stopped: "decided",
+        "responses_differ" (require_identical: no block can mend that), "max_rounds" (the
+        next block would pass it) or "max_seconds"."""
+        proto = self.protocol
+        budget, gate = proto["sequential"], proto["gate"]
+        rng = np.random.default_rng(gate["seed"])
+        arms = [self.arms[a] for a in proto["schedule"]]
+        refs = [a["id"] for a in arms if a["role"] == "reference"]
+        cand = next(a["id"] for a in arms if a["role"] == "candidate")
+        per_block = max(a["measured"] for a in arms)
+        prompt = proto["prompts"][0]
+        t0 = time.monotonic()
+        blocks: list[sequential.BlockStat] = []
+        block = 0
+        while True:
+            order = [arms[i] for i in rng.permutation(len(arms))]
+            first = len(self.samples)
+            targets = {}
+            for arm in order:
+                self._event("arm_start", arm)
+                targets[arm["id"]] = self._start(arm)
+                self._log_names[id(targets[arm["id"]])] = f"{arm['id']}.{block + 1}"
+            for phase, key in (("warmup", "warmups"), ("measured", "measured")):
+                for i in range(max(arm[key] for arm in order)):
+                    for arm in order:
+                        if i < arm[key]:
+                            self._request(targets[arm["id"]], arm, prompt, phase, i,
+                                          arm[key], group=None, block=block)
+            for arm in order:
+                self._stop(targets[arm["id"]])
+                self._event("arm_end", arm)
+            mine = [s for s in self.samples[first:] if s["phase"] == "measured"]
+            values = {a: [s["value"] for s in mine if s["arm"] == a] for a in (*refs, cand)}
+            blocks.append(sequential.block_stat(block, values[refs[0]], values[cand],
+                                                values[refs[-1]], proto["direction"]))
+            verdict = sequential.decide(blocks, **sequential.gate_settings(proto))
+            elapsed = time.monotonic() - t0
+            shas = {s["response_sha256"] for s in self.samples if s.get("response_sha256")}
+            stop = ("decided" if verdict.decided_at is not None
+                    else "responses_differ" if gate["require_identical"] and len(shas) > 1
+                    else "max_rounds" if (block + 2) * per_block > budget["max_rounds"]
+                    else "max_seconds" if elapsed >= budget["max_seconds"] else None)
+            record = {**sequential.look_json(verdict.looks[-1]), "block": block,
+                      "order": [a["id"] for a in order], "elapsed_s": round(elapsed, 3),
+                      "stop": stop}
+            self.looks.append(record)
+            self.writer.append_jsonl("looks.jsonl", record)
+            self.on_event(Event(kind="look", arm="", label=_look_text(record),
+                                metric=proto["metric"], index=block + 1))
+            if stop:
+                return
+            block += 1
 
     # ------------------------------------------------------------------ one request
     def _request(self, target: Target, arm: dict, prompt: dict, phase: str, index: int,

@@ -107,3 +107,19 @@ def build(root: Path, values: dict | None = None, *, protocol: dict | None = Non
         return writer.path
     final, _ = writer.seal()
     return final
+
+
+SEQUENTIAL_KEYS = ("sequential", "max_rounds", "max_seconds")
+
+
+def fixed_n_text(text: str, measured: int = 5) -> str:
+    """A bundled protocol's TOML as the fixed-N bracket the runner, schedule and fault tests
+    exercise (the bundled CPU protocols are sequential): the sequential budget lines removed
+    and `measured` set to N (default 5, exact-bands-quick's fixed N before it was sequential)."""
+    out = []
+    for line in text.splitlines():
+        key = line.split("=")[0].strip()
+        if key in SEQUENTIAL_KEYS:
+            continue
+        out.append(f"measured = {measured}" if key == "measured" else line)
+    return "\n".join(out) + "\n"

@@ -96,3 +96,10 @@ def test_bad_csv_is_one_line_usage_error(tmp_path, rows, header, args, message):
     assert r.output.startswith("error: ") and r.output.count("\n") == 1
     assert message in r.output and f"error: {csv}: " in r.output
     assert "Traceback" not in r.output
+
+
+def test_a_fixed_n_csv_gets_a_fixed_n_verdict_and_says_so(tmp_path):
+    r = invoke(fixture_csv(tmp_path), "--reference", "A", "--reference", "B", "--candidate", "cand")
+    assert r.exit_code == 0, r.output
+    assert "Design: fixed-N (one look at the protocol's N; no sequential stopping)." in r.output
+    assert "## Sequential looks" not in r.output

@@ -1,6 +1,8 @@
 """Environment capture: the facts recorded, and secrets that never reach an evidence file."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import json
 from pathlib import Path
 
@@ -59,7 +61,7 @@ def test_capture_records_host_facts(tmp_path, monkeypatch):
 def test_secrets_never_reach_evidence(tmp_path, monkeypatch):
     monkeypatch.setenv("DFLASH_SERVICE_TOKEN", SECRET_ENV)
     src = protocol.bundled_dir() / "exact-bands-quick.toml"
-    text = src.read_text().replace(
+    text = fixed_n_text(src.read_text()).replace(
         'env = { DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false }',
         f'env = {{ DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false, '
         f'LUCE_API_KEY = "{SECRET_ARM}" }}')
@@ -98,7 +100,7 @@ def test_secrets_never_reach_evidence_of_a_real_run(tmp_path):
     import subprocess
     import sys
 
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text().replace(
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text()).replace(
         'env = { DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false }',
         f'env = {{ DFLASH_DS4_EXACT_PREFILL_BANDS = "1", LUCE_MMVQ_MAX_NCOLS = false, '
         f'HF_TOKEN = "{SECRET_ARM}" }}')

@@ -5,6 +5,8 @@ read its evidence; the perturbation and rejection tests trace in-process.
 """
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import gzip
 import json
 from pathlib import Path
@@ -180,7 +182,7 @@ def test_run_report_says_tensor_exactness_was_proven(tmp_path):
                      '[[requests]]\nid = "s"\nlength = 10\n'
                      '[[candidates]]\nid = "q4"\nengine = { bands = true, chunk = 4 }\n')
     from dflash_qualify.harness.protocol import bundled_dir
-    text = (bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((bundled_dir() / "exact-bands-quick.toml").read_text())
     text = text.replace("warmups = 1", "warmups = 0").replace("measured = 5", "measured = 2")
     bracket = tmp_path / "bracket.toml"
     bracket.write_text(text + f'\n[exactness]\nprotocol = "{short}"\n')

@@ -8,6 +8,8 @@ the engine exception, the full disk and the signals use the real ds4-tiny worker
 """
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import hashlib
 import json
 import os
@@ -181,7 +183,7 @@ def wait_for_line(proc: subprocess.Popen, text: str) -> None:
 # ---------------------------------------------------------------------- worker faults
 def quick_aba(tmp_path: Path) -> str:
     """exact-bands-quick run ABA (its schedule line dropped): one worker alive at a time."""
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     assert text.count('\nschedule = "interleaved"\n') == 1
     path = tmp_path / "quick-aba.toml"
     path.write_text(text.replace('\nschedule = "interleaved"\n', "\n"))
@@ -238,7 +240,7 @@ def test_worker_exits_nonzero_at_start(tmp_path):
 
 def test_engine_exception(tmp_path):
     # the real ds4-tiny worker: a 600-byte prompt exceeds its 512-token context
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     path = tmp_path / "too-long.toml"
     path.write_text(text.replace("length = 256 ", "length = 600"))
     fault = run_protocol(tmp_path, path)

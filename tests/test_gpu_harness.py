@@ -3,6 +3,8 @@ environment record (a fake nvidia-smi script first on PATH, run as a real subpro
 GPU protocol, and an engine that cannot start on cuda failing its arm by name."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import json
 import os
 import shutil
@@ -131,7 +133,7 @@ def test_missing_nvidia_smi(no_smi):
 # --------------------------------------------------------------------------- protocol
 
 def protocol_text(device: str | None, *, base: str = "exact-bands-quick", extra: str = "") -> str:
-    text = (protocol.bundled_dir() / f"{base}.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / f"{base}.toml").read_text())  # one block
     if extra.startswith("schedule"):  # replace the bundled protocol's own schedule line
         text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("schedule"))
     line = f'device = "{device}"\n' if device is not None else ""
@@ -168,7 +170,7 @@ def test_bad_device_is_one_line_naming_file_field_expected_found(tmp_path, value
 
 
 def test_device_on_targets_that_take_it(tmp_path):
-    quick = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    quick = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     head, rest = quick.split("[target]\n", 1)
     command = (head + '[target]\nkind = "command"\ncommand = ["my-engine", "--gpu"]\n'
                'device = "cuda"\n\n[measure]' + rest.split("[measure]", 1)[1])

@@ -1,6 +1,8 @@
 """[target] pin_cpu: every arm's worker pinned to one CPU, validated, resolved and recorded."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import json
 import os
 import subprocess
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="ne
 
 
 def quick_with(tmp_path: Path, pin_line: str) -> Path:
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     lines = [ln for ln in text.splitlines(keepends=True) if not ln.startswith("pin_cpu")]
     text = "".join(lines).replace('[target]\nkind = "embedded"\n', f'[target]\nkind = "embedded"\n{pin_line}')
     path = tmp_path / "p.toml"

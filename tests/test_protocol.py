@@ -1,6 +1,8 @@
 """Protocol loading: bundled protocols resolve; bad files give one precise line and exit 2."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +73,9 @@ def test_default_protocol_is_the_aba_bracket():
     assert r["name"] == "exact-bands-aba" and r["kind"] == "bracket"
     assert [a["role"] for a in r["arms"]] == ["reference", "candidate", "reference"]
     assert r["target"]["model"] == "ds4-mini" and r["cache"] == "cold"
-    assert all(a["warmups"] == 2 and a["measured"] == 5 for a in r["arms"])
+    assert all(a["warmups"] == 1 and a["measured"] == 2 for a in r["arms"])  # per block
+    assert r["sequential"] == {"max_rounds": 80, "max_seconds": 900.0}
+    assert r["gate"]["min_gain_pct"] == 2.0
     assert r["metric"] == "prefill_tok_s" and r["direction"] == "higher"
     cand = r["arms"][1]
     assert cand["env"]["DFLASH_DS4_EXACT_PREFILL_BANDS"] == "1"
@@ -109,8 +113,8 @@ BAD = [
     ("wrong type", lambda s: s.replace("measured = 3", 'measured = "5"'),
      "measure.measured: expected an integer from 1 to 100000, found string '5'"),
     ("unknown key", lambda s: s.replace("warmups = 1", "warmup = 1"),
-     "measure.warmup: unknown key (allowed here: arm_timeout_s, cache, max_tokens, measured, "
-     "metric, request_timeout_s, start_timeout_s, warmups)"),
+     "measure.warmup: unknown key (allowed here: arm_timeout_s, cache, max_rounds, max_seconds, "
+     "max_tokens, measured, metric, request_timeout_s, sequential, start_timeout_s, warmups)"),
     ("bad role", lambda s: s.replace('id = "B"\nrole = "reference"', 'id = "B"\nrole = "control"'),
      "arms[2].role: expected one of \"reference\", \"candidate\", found string 'control'"),
     ("bad env value", lambda s: s.replace('DFLASH_DS4_EXACT_PREFILL_BANDS = "1"',
@@ -273,7 +277,7 @@ def test_fuzzed_protocol_text_never_crashes(tmp_path_factory, text):
 def test_trailing_newline_never_passes_an_anchored_pattern(tmp_path):
     # re.match with "...$" accepts "x\n" ("$" matches before a final newline): names, arm ids
     # and env names must be refused whole, and a key with a newline is quoted on one line.
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     for old, new, field in (('name = "exact-bands-quick"', 'name = "quick\\n"', "name"),
                             ('id = "cand"', 'id = "cand\\n"', "arms[1].id"),
                             ('[target]\n', '[target]\n"0\\n" = 1\n', 'target."0\\n"')):

@@ -49,7 +49,7 @@ def test_run_quick_seals_verifies_and_gates(tmp_path):
     out = tmp_path / "ev"
     done = cli("run", "exact-bands-quick", "--out", str(out), "--warmups", "1",
                "--measured", "3")
-    assert done.returncode in (0, 1), done.stderr  # the verdict depends on this machine
+    assert done.returncode in (0, 1, 4), done.stderr  # the verdict depends on this machine
     assert "Traceback" not in done.stderr
     (d,) = sealed_dirs(out)
     assert not (d / "INCOMPLETE").exists()
@@ -75,7 +75,8 @@ def test_run_quick_seals_verifies_and_gates(tmp_path):
     widths = {s["arm"]: s["band_widths"] for s in samples}
     assert widths["A"]["4"] == 0 and widths["cand"]["4"] > 0   # the arms really differ
     assert all(s["cache_hits"] == 0 for s in samples)
-    assert (d / "logs" / "B.log").read_text().strip()
+    assert (d / "logs" / "B.1.log").read_text().strip()   # sequential: one log per block
+    assert re.search(r"block 1: gain .* bound", done.stderr)       # a look after every block
 
 
 def test_run_compare_on_tiny(tmp_path):

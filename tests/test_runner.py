@@ -1,6 +1,8 @@
 """The runner with scripted fake targets: sample records, exactness, failures, interrupts."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import json
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def _quick_aba(tmp_path_factory):
     """These tests check the runner's sequential path (one target per arm, A then cand then
     B), so they run exact-bands-quick with its schedule line (interleaved) dropped: ABA."""
     global QUICK_ABA
-    text = (protocol_mod.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol_mod.bundled_dir() / "exact-bands-quick.toml").read_text())
     assert text.count('\nschedule = "interleaved"\n') == 1
     QUICK_ABA = tmp_path_factory.mktemp("protocols") / "exact-bands-quick.toml"
     QUICK_ABA.write_text(text.replace('\nschedule = "interleaved"\n', "\n"))

@@ -3,6 +3,8 @@ version 2 (block drift, Wilcoxon), and ABBA / randomized / interleaved runs on d
 seal and verify (issue 8, acceptance 3)."""
 from __future__ import annotations
 
+from evidence_factory import fixed_n_text
+
 import hashlib
 import json
 import subprocess
@@ -23,7 +25,7 @@ LIMIT_S = 300  # only stops a hung test; nothing is timed
 
 def quick_with(tmp_path: Path, schedule_line: str) -> Path:
     """exact-bands-quick with its schedule line (interleaved) replaced by `schedule_line`."""
-    text = (protocol.bundled_dir() / "exact-bands-quick.toml").read_text()
+    text = fixed_n_text((protocol.bundled_dir() / "exact-bands-quick.toml").read_text())
     assert text.count('\nschedule = "interleaved"\n') == 1
     text = text.replace('\nschedule = "interleaved"\n', f"\n{schedule_line}\n")
     path = tmp_path / "quick.toml"
@@ -133,7 +135,7 @@ def test_abba_drift_compares_first_and_last_reference_block():
     out = analysis.compute(_bracket({"kind": "ABBA", "seed": None, "rounds": 2}), _records(rows),
                            lambda sha: b"x")
     comp = out["comparisons"][0]
-    assert out["version"] == analysis.STATS_VERSION >= 2   # schedules came in version 2
+    assert out["version"] == 3 and out["verdict"]["design"] == "fixed-N"
     assert comp["drift_blocks"] == [0, 5] and comp["drift_arms"] == ["A", "A"]
     assert comp["drift_pct"] == pytest.approx(1.0 / 10.5 * 100)   # |10 - 11| / pooled 10.5
     assert [(b["block"], b["arm"]) for b in comp["blocks"]] == \

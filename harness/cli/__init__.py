@@ -2,8 +2,9 @@
 
 Subcommands live one per module in this package and are imported only when invoked,
 so `dflash-qualify --help` stays fast and one broken command cannot break the others.
-Exit codes: 0 qualified/ok, 1 gate failed or evidence invalid, 2 usage or input error,
-3 run failed or inconclusive.
+Exit codes: 0 qualified/ok, 1 not qualified (gate failed) or evidence invalid, 2 usage or
+input error, 3 run failed or interrupted, 4 inconclusive (a sequential run's budget ran out
+before its stopping rule decided).
 """
 from __future__ import annotations
 
@@ -28,6 +29,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exactness": ("exactness", "Tensor-level exactness: q1-oracle trace diff, first divergence, coverage."),
     "matrix": ("matrix", "Protocols x hosts (local or Ray): one sealed cell per pair, one manifest."),
 }
+
+
+# the verdict's answer -> exit code (run and gate exit through verdict_exit_code)
+VERDICT_EXIT_CODES = {"QUALIFIED": 0, "NOT QUALIFIED": 1, "INCONCLUSIVE": 4}
+
+
+def decision_of(verdict: dict | None, qualified: bool | None = None) -> str:
+    """QUALIFIED | NOT QUALIFIED | INCONCLUSIVE (evidence before stats version 3, and kinds
+    without a three-way verdict: from `qualified`, which only knew two answers)."""
+    if isinstance(verdict, dict) and verdict.get("decision") in VERDICT_EXIT_CODES:
+        return verdict["decision"]
+    ok = verdict["qualified"] if isinstance(verdict, dict) and "qualified" in verdict else qualified
+    return "QUALIFIED" if ok else "NOT QUALIFIED"
+
+
+def verdict_exit_code(verdict: dict | None, qualified: bool | None = None) -> int:
+    """The exit code of a verdict: 0 QUALIFIED, 1 NOT QUALIFIED, 4 INCONCLUSIVE."""
+    return VERDICT_EXIT_CODES[decision_of(verdict, qualified)]
 
 
 class LazyGroup(click.Group):

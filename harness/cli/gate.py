@@ -12,6 +12,7 @@ from .. import gate, kinds
 from ..errors import UsageError
 from ..evidence import load_evidence
 from ..verify import verify
+from . import verdict_exit_code
 
 
 def _write(path: Path, text: str, *, append: bool, what: str) -> None:
@@ -29,7 +30,8 @@ def _finite(value: float | None, flag: str) -> float | None:
 
 
 @click.command(help="Verify a sealed evidence directory and turn its verdict into an exit code: "
-                    "0 qualified, 1 not qualified or invalid. --min-gain/--max-drift override the "
+                    "0 qualified, 1 not qualified or invalid, 4 inconclusive (a sequential run's budget ran "
+                    "out first). --min-gain/--max-drift override the "
                     "protocol's thresholds. Appends the markdown report to $GITHUB_STEP_SUMMARY when set.")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--min-gain", type=float, default=None, metavar="PCT", help="Minimum gain % (point estimate).")
@@ -71,4 +73,4 @@ def command(directory: Path, min_gain: float | None, max_drift: float | None,
         if not c["passed"]:
             click.echo(f"  {c['reason']}: {c['message']}")
     click.echo(f"Evidence manifest SHA-256: {evidence.manifest_sha}")
-    sys.exit(0 if verdict["qualified"] else 1)
+    sys.exit(verdict_exit_code(verdict))

@@ -13,6 +13,7 @@ from .options import run_options
 from .. import kinds
 from .. import protocol as protocol_mod
 from ..runner import Event
+from . import verdict_exit_code
 
 UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", "total_ms": "ms"}
 
@@ -20,8 +21,9 @@ UNITS = {"prefill_tok_s": "tok/s", "decode_tok_s": "tok/s", "prefill_ms": "ms", 
 class ProgressView:
     """Arm, request i/N and running median on stderr: a live bar on a TTY, plain lines otherwise."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, sequential: bool = False) -> None:
         self.console = console
+        self.sequential = sequential   # one line per block (a look) instead of per request
         self.live = console.is_terminal
         self.progress: Progress | None = None
         self.tasks: dict[str, int] = {}
@@ -45,6 +47,24 @@ class ProgressView:
         key = e.arm
         if e.kind == "build":   # [build]: one line per ref built or found in the cache
             self.console.print(e.label, highlight=False)
+            return
+        if e.kind == "look":  # sequential: one line per block (the look), then the next block
+            if self.progress is not None:
+                if "look" not in self.tasks:
+                    self.tasks["look"] = self.progress.add_task("", total=None, arm="blocks",
+                                                                status="")
+                self.progress.update(self.tasks["look"], completed=e.index, status=e.label)
+            else:
+                self.console.print(e.label, highlight=False)
+            return
+        if self.sequential and e.kind == "arm_start":  # every block starts fresh workers
+            if self.progress is not None:
+                if key in self.tasks:
+                    self.progress.update(self.tasks[key], completed=0, total=None,
+                                         status="starting worker")
+                else:
+                    self.tasks[key] = self.progress.add_task("", total=None, arm=e.label,
+                                                             status="starting worker")
             return
         if e.kind == "arm_start":
             if self.progress is not None:
@@ -90,7 +110,8 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     (HTTP targets against `serve`);
     templates to copy and edit: llama-server-aba, openai-server-aba.
 
-    Exit codes: 0 qualified, 1 gate failed, 2 bad input, 3 run failed or interrupted.
+    Exit codes: 0 qualified, 1 not qualified, 2 bad input, 3 run failed or interrupted,
+    4 inconclusive (a sequential protocol's budget ran out before it decided).
     """
     loaded = kinds.load(protocol, command="run", warmups=warmups, measured=measured)
     kind = kinds.lookup(loaded.resolved["kind"])
@@ -101,7 +122,7 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     engine = target.get("model") or f"{target.get('kind', 'no')} target"
     err.print(f"protocol {loaded.resolved['name']} ({loaded.resolved['kind']}, "
               f"{engine}{where}): evidence under {out}", highlight=False)
-    with ProgressView(err) as view:
+    with ProgressView(err, sequential=bool(loaded.resolved.get("sequential"))) as view:
         outcome = kinds.seal(kind, loaded, Path(out), invocation=invocation,
                              options={"on_event": view})
     text = kind.pages["md"](outcome.path, outcome.manifest_sha256)
@@ -109,4 +130,4 @@ def command(protocol: str | None, out: str, warmups: int | None, measured: int |
     if outcome.manifest_sha256 not in text:
         click.echo(f"\nEvidence manifest SHA-256: {outcome.manifest_sha256}")
     err.print(f"evidence: {outcome.path}", highlight=False)
-    sys.exit(0 if outcome.qualified else 1)
+    sys.exit(verdict_exit_code(outcome.results.get("verdict"), outcome.qualified))

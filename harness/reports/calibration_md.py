@@ -10,6 +10,29 @@ def _pct_or_na(x) -> str:
     return "n/a" if x is None else f"{x:.2f}%"
 
 
+def _sequential_lines(stats: dict) -> list[str]:
+    """A sequential protocol's rule on resampled A/A blocks: the three answers per true gain."""
+    seq = stats.get("sequential")
+    if not seq:
+        return []
+    spb = seq["seconds_per_block"]
+    lines = ["## The sequential rule on this machine", "",
+             f"{seq['blocks']} A/A blocks (each repeat is one block of fresh workers"
+             + (f", ~{spb:.1f} s of requests" if spb else "") + f"); budget {seq['max_blocks']} "
+             f"blocks ({seq['budget']['max_rounds']} rounds, {seq['budget']['max_seconds']:g} s). "
+             f"Method: {seq['method']}. The first table above is the fixed-N gate's; this is the "
+             f"gate the protocol uses.", "",
+             f"| true {stats['gain_name']} | QUALIFIED | NOT QUALIFIED | INCONCLUSIVE | error kind "
+             f"| median blocks to a verdict | median s (requests only) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for x in seq["rates"]:
+        blocks = "-" if x["median_blocks"] is None else f"{x['median_blocks']:g}"
+        secs = "-" if x["median_seconds"] is None else f"{x['median_seconds']:.0f}"
+        lines.append(f"| {x['gain_pct']:g}% | {x['qualified_pct']:.1f}% | {x['not_qualified_pct']:.1f}% "
+                     f"| {x['inconclusive_pct']:.1f}% | {x['error']} | {blocks} | {secs} |")
+    return lines + [""]
+
+
 def render_calibration(protocol: dict, environment: dict, stats: dict, manifest_sha: str | None,
                        *, in_evidence: bool = True) -> str:
     """The calibration report: what the gate does with this machine's noise."""
@@ -65,6 +88,7 @@ def render_calibration(protocol: dict, environment: dict, stats: dict, manifest_
     else:
         lines.append(f"Recommended N: none found ({rec['reason']}).")
     lines += ["", "Method: " + stats["methods"]["simulation"] + ".", ""]
+    lines += _sequential_lines(stats)
     lines += _verdict_lines_calibration(stats) + [""]
     invocation = environment.get("invocation") if isinstance(environment, dict) else None
     if invocation:

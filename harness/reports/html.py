@@ -146,6 +146,33 @@ def gain_plot(comp: dict, min_gain: float, gain_name: str) -> str:
     return _svg(fig)
 
 
+def look_plot(stats: dict) -> str:
+    """A sequential bracket's looks: the median block gain and its confidence sequence per
+    block against the gate's minimum, the deciding look marked."""
+    plt = _pyplot()
+    seq = stats["sequential"]
+    looks = seq["looks"]
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    n = [lk["n"] for lk in looks]
+    ax.plot(n, [lk["gain_pct"] for lk in looks], "o-", color="#d62728", ms=3,
+            label=f"median block {stats['gain_name']}")
+    bounded = [lk for lk in looks if lk["lo_pct"] is not None]
+    if bounded:
+        ax.fill_between([lk["n"] for lk in bounded], [lk["lo_pct"] for lk in bounded],
+                        [lk["hi_pct"] for lk in bounded], color="#d62728", alpha=0.18, step="post",
+                        label=f"{seq['confidence'] * 100:g}% confidence sequence")
+    ax.axhline(seq["min_gain_pct"], color="#2e7d32", ls="--", lw=1.2,
+               label=f"gate minimum {seq['min_gain_pct']:g}%")
+    ax.axhline(0, color="#555", lw=0.8)
+    if seq["decided_at"]:
+        ax.axvline(seq["decided_at"], color="#555", ls=":", lw=1, label=seq["decision"])
+    ax.set_xlabel("blocks (fresh workers per arm)")
+    ax.set_ylabel(f"{stats['gain_name']} (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return _svg(fig)
+
+
 def calibration_plots(stats: dict) -> list[str]:
     """Spurious gain and drift of every A/A repeat; the simulated power curve."""
     plt = _pyplot()
@@ -282,6 +309,16 @@ def _run_body(inp: ReportInput) -> list[str]:
             out.append(_table([[_e(b["block"]), _e(b["arm"]), _e(b["n"]), _e(fmt_value(b["median"], d)),
                                 _e(fmt_pct(b["delta_pct"]))] for b in blocks],
                               ["block", "arm", "n", "median", "vs pooled reference"]))
+    if stats.get("sequential"):
+        seq = stats["sequential"]
+        out.append("<h2>Sequential looks</h2>")
+        out.append(_figure("looks", look_plot(stats),
+                           "The median per-block gain and its confidence sequence after every "
+                           "block; the run stops when the band leaves the gate's minimum."))
+        out.append(_table([[_e(lk["n"]), _e(fmt_pct(lk["gain_pct"])), _e(fmt_pct(lk["lo_pct"])),
+                            _e(fmt_pct(lk["hi_pct"])), _e(fmt_pct(lk["drift_pct"])),
+                            _e(lk["decision"])] for lk in seq["looks"]],
+                          ["block", stats["gain_name"], "lower", "upper", "drift", "decision"]))
     out.append("<h2>Exactness</h2>")
     out.append(_exactness(stats))
     return out
@@ -308,8 +345,9 @@ def _calibration_body(inp: ReportInput) -> list[str]:
 
 def render(inp: ReportInput) -> str:
     """Registry entry: the self-contained HTML report of a run's evidence."""
-    ok = inp.stats["verdict"]["qualified"]
-    return _page(inp, "QUALIFIED" if ok else "NOT QUALIFIED", _run_body(inp))
+    v = inp.stats["verdict"]
+    answer = v.get("decision") or ("QUALIFIED" if v["qualified"] else "NOT QUALIFIED")
+    return _page(inp, answer, _run_body(inp))
 
 
 def render_calibration(inp: ReportInput) -> str:

@@ -149,16 +149,62 @@ def _prompt_name(p: dict) -> str:
     return ", ".join(x for x in parts if x) or "prompt"
 
 
+def sequential_lines(stats: dict) -> list[str]:
+    """Stats version 3, sequential brackets: the rule, every look, the answer, the projection."""
+    seq = stats.get("sequential")
+    if not seq:
+        return []
+    budget = seq["budget"]
+    lines = ["## Sequential looks", "",
+             f"Blocks of fresh workers (one per arm, order shuffled per block), a look after each: "
+             f"{seq['method']}. {seq['confidence'] * 100:g}% confidence sequence for the median "
+             f"per-block {stats['gain_name']}; budget {budget['max_rounds']} rounds or "
+             f"{budget['max_seconds']:g} s. Per-block drift is log(A / B) of the block medians.", "",
+             f"| block | {stats['gain_name']} (median) | lower bound | upper bound | above / below min | "
+             f"needed | drift (median) | drift bounds | decision |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for lk in seq["looks"]:
+        drift_b = (f"[{fmt_pct(lk['drift_lo_pct'])}, {fmt_pct(lk['drift_hi_pct'])}]"
+                   if lk["drift_lo_pct"] is not None else "-")
+        lines.append(f"| {lk['n']} | {fmt_pct(lk['gain_pct'])} | {fmt_pct(lk['lo_pct'])} "
+                     f"| {fmt_pct(lk['hi_pct'])} | {lk['above']} / {lk['below']} "
+                     f"| {lk['needed'] if lk['needed'] is not None else '-'} "
+                     f"| {fmt_pct(lk['drift_pct'])} | {drift_b} | {lk['decision']}"
+                     + (f" `{lk['reason']}`" if lk["reason"] else "") + " |")
+    proj = seq.get("projection")
+    lines += ["", f"Answer: **{seq['decision']}** (`{seq['reason']}`)"
+              + (f" at block {seq['decided_at']}." if seq["decided_at"] else ".")]
+    if proj:
+        lines.append("" if proj["blocks"] is None else
+                     f"At the observed rate about {proj['blocks']} blocks would likely decide it "
+                     f"({proj['decision']}).")
+        if proj["blocks"] is None:
+            lines[-1] = f"No block count is likely to decide it: {proj['reason']}."
+    return lines
+
+
 def _verdict_lines(stats: dict) -> list[str]:
     v = stats["verdict"]
-    head = "**Verdict: QUALIFIED**" if v["qualified"] else \
-        "**Verdict: NOT QUALIFIED** (" + ", ".join(f"`{r}`" for r in v["reasons"]) + ")"
+    answer = v.get("decision") or ("QUALIFIED" if v["qualified"] else "NOT QUALIFIED")
+    head = f"**Verdict: {answer}**" if v["qualified"] else \
+        f"**Verdict: {answer}** (" + ", ".join(f"`{r}`" for r in v["reasons"]) + ")"
     lines = [head, "", "| condition | result | detail |", "| --- | --- | --- |"]
     for c in v["conditions"]:
         name = c["name"] + (f" [{c['group']}]" if c["group"] is not None else "")
         result = "pass" if c["passed"] else f"FAIL `{c['reason']}`"
         lines.append(f"| {name} | {result} | {c['message']} |")
     t = v["thresholds"]
+    if stats.get("sequential"):
+        seq = stats["sequential"]
+        lines += ["", f"Thresholds: min {stats['gain_name']} {fmt_pct(t['min_gain_pct'])} (the "
+                      f"confidence sequence's lower bound must clear it; its upper bound below it "
+                      f"refuses), references refused when their drift's sequence lies outside "
+                      f"+-{fmt_pct(t['max_drift_pct'])}, identical responses "
+                      f"{'required' if t['require_identical'] else 'reported only'}; design "
+                      f"sequential, {seq['confidence'] * 100:g}% confidence."]
+        return lines
+    if v.get("design") == "fixed-N":
+        lines += ["", "Design: fixed-N (one look at the protocol's N; no sequential stopping)."]
     drift = (f"max drift {fmt_pct(t['max_drift_pct'])} and below half the {stats['gain_name']}, "
              if gates_drift(stats["kind"]) else "")
     lines += ["", f"Thresholds: min {stats['gain_name']} {fmt_pct(t['min_gain_pct'])} (point estimate; "
@@ -256,7 +302,8 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
     in_evidence False (`analyze`) leaves the evidence line out.
     """
     name = protocol.get("name") or "qualification"
-    status = "qualified" if stats["verdict"]["qualified"] else "not qualified"
+    v = stats["verdict"]
+    status = (v.get("decision") or ("QUALIFIED" if v["qualified"] else "NOT QUALIFIED")).lower()
     lines = [f"# {name}: {status}", ""]
     if protocol.get("description"):
         lines += [protocol["description"], ""]
@@ -271,6 +318,8 @@ def render_markdown(protocol: dict, environment: dict, stats: dict, samples: lis
         lines += _arm_table(arms, stats["decimals"]) + [""]
         lines += _comparison_lines(stats, comp, arms) + [""]
     lines += _responses_lines(stats) + [""]
+    seq = sequential_lines(stats)
+    lines += seq + ([""] if seq else [])
     lines += run_report_lines(protocol, environment)  # [exactness] protocol: tensor-level proof
     lines += _verdict_lines(stats) + [""]
     invocation = environment.get("invocation") if isinstance(environment, dict) else None

@@ -1,5 +1,6 @@
 """Verify step of run and calibrate evidence: stats.json recomputed from samples.jsonl and the
-stored responses, samples.csv re-derived, every response present (harness.verify calls it)."""
+stored responses, samples.csv re-derived, every response present, and a sequential bracket's
+looks.jsonl recomputed (harness.verify calls it)."""
 from __future__ import annotations
 
 import os
@@ -54,6 +55,8 @@ def _recompute(root: Path, result: Any, compute: Callable[..., dict]) -> None:
     difference = first_difference(stored, recomputed, "")
     if difference:
         result.add("stats.json", f"does not match statistics recomputed from samples.jsonl: {difference}")
+    if version >= 3 and isinstance(protocol, dict) and protocol.get("sequential") is not None:
+        _recompute_looks(root, protocol, samples, result)
     for s in samples:
         sha = s.get("response_sha256")
         if sha and s.get("ok", True) is not False and not os.path.isfile(root / "responses" / f"{sha}.bin"):
@@ -63,3 +66,16 @@ def _recompute(root: Path, result: Any, compute: Callable[..., dict]) -> None:
     if os.path.lexists(csv_path) and not os.path.islink(csv_path):
         if csv_path.read_bytes() != analysis.samples_csv(samples).encode("utf-8"):
             result.add("samples.csv", "does not match samples.jsonl (analysis.samples_csv)")
+
+
+def _recompute_looks(root: Path, protocol: dict, samples: list, result: Any) -> None:
+    """A sequential bracket's looks.jsonl: the stopping decision must follow from the samples
+    (analysis.check_looks: every look recomputed, the stop justified)."""
+    try:
+        looks = read_jsonl(root, "looks.jsonl")
+        problems = analysis.check_looks(protocol, samples, looks)
+    except QualifyError as exc:
+        result.add("looks.jsonl", f"cannot recompute: {exc}")
+        return
+    for problem in problems:
+        result.add("looks.jsonl", f"does not follow from samples.jsonl: {problem}")

@@ -26,15 +26,17 @@ recomputes it exactly. Pure: dicts in, dicts out; no IO.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import datetime as _dt
+import math
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ... import analysis, identity, stats
+from ... import analysis, identity, sequential, stats
 from ... import bracket_order
 from ...environment import redact_env
 from ...errors import UsageError
-from ...protocol_model import Protocol
+from ...protocol_model import Protocol, thaw
 from .model import DEFAULTS, CalibrationProtocol, CalibrationSettings
 
 KIND = "calibration"
@@ -286,8 +288,63 @@ def compute(protocol: CalibrationProtocol | dict, samples: list[dict], response_
         "requests": analysis.requests_json(samples),
         "gate": view.gate.to_json(),
     }
+    budget = typed.table.get("sequential")
+    if budget is not None:  # the source protocol is sequential: each repeat was one block
+        out["sequential"] = _sequential_rates(view, budget, by_repeat, settings)
     out["verdict"] = verdict(out)
     return out
+
+
+SEQUENTIAL_GAINS_PCT = (0.0, 2.0, 5.5, 10.0)
+
+
+def _sequential_rates(view: Protocol, budget: Mapping[str, Any], by_repeat: list[list[dict]],
+                      settings: CalibrationSettings) -> dict:
+    """A sequential protocol's calibration: every A/A repeat is one block; the rule's
+    false-qualification, false-refusal and inconclusive rates and the time to a verdict at
+    0, 2, 5.5 and 10% (sequential.bootstrap_rates over those blocks, within the budget)."""
+    a, b = view.references[0], view.references[-1]
+    cand = view.candidate
+    blocks, spans = [], []
+    for sub in by_repeat:
+        measured = [s for s in sub if s["phase"] == "measured" and s.get("ok", True)]
+        values = {arm: [float(s["value"]) for s in measured if s["arm"] == arm] for arm in (a, cand, b)}
+        blocks.append(sequential.block_stat(len(blocks), values[a], values[cand], values[b],
+                                            view.direction))
+        stamps = sorted(s["t_start_utc"] for s in sub if isinstance(s.get("t_start_utc"), str))
+        if len(stamps) > 1:
+            spans.append((_dt.datetime.fromisoformat(stamps[-1].replace("Z", "+00:00"))
+                          - _dt.datetime.fromisoformat(stamps[0].replace("Z", "+00:00"))).total_seconds())
+    per_block = max(arm.measured or 0 for arm in view.arms)
+    # a block's wall time: its requests' span (starts excluded, so a lower bound)
+    spb = float(np.median(spans)) if spans else None
+    max_blocks = budget["max_rounds"] // per_block
+    if spb:
+        max_blocks = max(1, min(max_blocks, math.ceil(budget["max_seconds"] / spb)))
+    gate = view.gate
+    rates = sequential.bootstrap_rates(
+        [x.r for x in blocks], [x.drift for x in blocks], SEQUENTIAL_GAINS_PCT,
+        direction=view.direction, confidence=gate.confidence,
+        min_gain_pct=gate.min_gain_pct, max_drift_pct=gate.max_drift_pct,
+        max_blocks=max_blocks, seconds_per_block=spb, simulations=settings.simulations,
+        seed=settings.seed)
+    g = gate.min_gain_pct
+    return {"method": "A/A blocks resampled with replacement into sequential brackets, true gain "
+                      "added to every block (sequential.bootstrap_rates), decided by the "
+                      "protocol's own rule at every look within its budget",
+            "blocks": len(blocks), "seconds_per_block": spb, "max_blocks": max_blocks,
+            "budget": thaw(budget),
+            "rates": [{"gain_pct": x.gain_pct, "simulations": x.simulations,
+                       "qualified": x.qualified, "not_qualified": x.not_qualified,
+                       "inconclusive": x.inconclusive,
+                       "qualified_pct": 100.0 * x.qualified / x.simulations,
+                       "not_qualified_pct": 100.0 * x.not_qualified / x.simulations,
+                       "inconclusive_pct": 100.0 * x.inconclusive / x.simulations,
+                       # an error where the truth is on the other side of min_gain
+                       "error": ("false qualification" if x.gain_pct < g else
+                                 "false refusal" if x.gain_pct > g else "at min_gain"),
+                       "median_blocks": x.median_blocks, "median_seconds": x.median_seconds}
+                      for x in rates]}
 
 
 def _recommend(view: Protocol, cells: list[_Cells], settings: CalibrationSettings, n_measured: int) -> dict:
@@ -336,6 +393,10 @@ def verdict(result: dict) -> dict:
                                 f"{req['failed']} of {req['total']} requests failed"))
     sim = result["false_qualification"]["simulated"]
     limit = result["settings"]["max_false_rate_pct"]
+    if result.get("sequential"):  # the protocol's gate is its sequential rule: judge that
+        aa = result["sequential"]["rates"][0]
+        sim = {"rate_pct": aa["qualified_pct"], "simulations": aa["simulations"],
+               "qualified": aa["qualified"]}
     ok = sim["rate_pct"] <= limit
     conds.append(analysis.condition("false_qualification_rate", None, ok, "false_alarm_rate_high",
                                 f"simulated false-qualification rate {sim['rate_pct']:.2f}% "
@@ -363,13 +424,17 @@ def aa_protocol(resolved: dict, settings: dict) -> dict:
             else:
                 new.pop(key, None)
         arms.append(new)
-    out = {**resolved, "arms": arms, "name": f"{resolved['name']}-calibration",
+    seq = resolved.get("sequential")
+    out = {**{k: v for k, v in resolved.items() if k != "sequential"}, "arms": arms,
+           "name": f"{resolved['name']}-calibration",
            "description": f"A/A calibration of {resolved['name']}: every arm runs reference arm "
                           f"{ref['id']}'s configuration"}
     out["calibration"] = {**DEFAULTS, **settings, "reference_arm": ref["id"],
                           "source_protocol": resolved["name"],
                           "source_arms": [{**a, "env": redact_env(a.get("env", {}))}
                                           for a in resolved["arms"]]}
+    if seq is not None:  # each A/A repeat is one block of the sequential protocol
+        out["calibration"]["sequential"] = dict(seq)
     problem = bracket_order.check(out)
     if problem:
         raise UsageError(problem, field="schedule")
