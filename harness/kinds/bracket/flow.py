@@ -70,13 +70,19 @@ def link_exactness(session: Any) -> dict[str, Any]:
                           "missing_coverage": res["missing_coverage"]}}
 
 
-def analyze_samples(session: Any) -> dict[str, Any]:
-    """samples.csv and stats.json (analysis.compute over protocol.json as stored)."""
-    samples = session.state["samples"]
-    session.writer.write_text("samples.csv", analysis.samples_csv(samples))
-    stats = analysis.compute(session.stored, samples, response_reader(session.writer.path))
-    session.writer.write_json("stats.json", stats)
-    return stats
+def analyze_with(compute: Callable[..., dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+    """A kind's analyze step: samples.csv, then stats.json = compute(protocol.json as stored,
+    samples, response reader) — analysis.compute for runs, the calibration analysis for calibrate."""
+    def analyze(session: Any) -> dict[str, Any]:
+        samples = session.state["samples"]
+        session.writer.write_text("samples.csv", analysis.samples_csv(samples))
+        stats = compute(session.stored, samples, response_reader(session.writer.path))
+        session.writer.write_json("stats.json", stats)
+        return stats
+    return analyze
+
+
+analyze_samples = analyze_with(analysis.compute)
 
 
 def render_report(session: Any, stats: dict[str, Any]) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import analysis, reports
+from ... import reports
 from ...protocol import LoadedProtocol
 from ...runner import Runner
 from ...targets import make_target as default_make_target
-from ..bracket.flow import build_arms, response_reader
+from ..bracket.flow import analyze_with, build_arms
 from . import analysis as calibration
 
 
@@ -76,13 +76,7 @@ def run_repeats(session: Any) -> dict[str, dict[str, Any]]:
             for arm_id, info in (runner.arm_info if runner else {}).items()}
 
 
-def analyze_repeats(session: Any) -> dict[str, Any]:
-    """samples.csv and stats.json (the calibration analysis over protocol.json as stored)."""
-    samples = session.state["samples"]
-    session.writer.write_text("samples.csv", analysis.samples_csv(samples))
-    stats = calibration.compute(session.stored, samples, response_reader(session.writer.path))
-    session.writer.write_json("stats.json", stats)
-    return stats
+analyze_repeats = analyze_with(calibration.compute)   # samples.csv + the calibration's stats.json
 
 
 def render_report(session: Any, stats: dict[str, Any]) -> str:
