@@ -22,8 +22,12 @@ verdict. `--simulate MODEL` replaces the real blocks by harness/noise_model.py b
     python bench/harness/verdict_power.py [--protocol exact-bands-quick] [--rows 0,5.5]
         [--brackets 20] [--max-blocks N] [--max-seconds S] [--time-limit S] [--json OUT.json]
         [--simulate shared-vm]
+    python bench/harness/verdict_power.py --merge A.json B.json   # one table from several runs
 
-Nothing is written to evidence/; --json saves every bracket's blocks and looks.
+Nothing is written to evidence/; --json saves every bracket's blocks and looks, rewritten
+after every bracket (an interrupted run keeps what it measured). Two runs side by side on a
+2-CPU host: `taskset -c 0 python ...` and `taskset -c 1 python ...` ([target] pin_cpu = "auto"
+resolves to the highest CPU the bench process may use, so each run's workers stay on its CPU).
 Results: docs/verdicts.md (with the exact commands, counts and machine).
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -171,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no new round of brackets after this many seconds (rows stay alternated)")
     ap.add_argument("--simulate", default=None, choices=sorted(noise_model.MODELS))
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="print one table from the brackets of these --json files and exit")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge)
 
     loaded = protocol_mod.load(args.protocol)
     resolved = copy.deepcopy(loaded.resolved)
@@ -215,13 +224,38 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.monotonic() - t0:7.0f}s] bracket {k + 1}/{args.brackets} row {row}: "
                   f"{b.decision} ({b.reason}) after {b.blocks} blocks, {b.seconds:.1f} s, gain "
                   f"{b.gain_pct:.2f}% [{_fmt(b.lo_pct)}, {_fmt(b.hi_pct)}]", flush=True)
+            if args.json_out:
+                save(args.json_out, {"argv": sys.argv, "gate": gate, "rows": rows,
+                                     "protocol": resolved["name"],
+                                     "brackets": [asdict(b) for b in results]})
     print()
     print(table(results, rows))
     print(f"\ntotal {time.monotonic() - t0:.0f} s")
-    if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8") as f:
-            json.dump({"argv": sys.argv, "gate": gate, "rows": rows,
-                       "brackets": [asdict(b) for b in results]}, f, indent=1)
+    return 0
+
+
+def save(path: str, doc: dict) -> None:
+    """Write the results so far; a crash or a kill leaves the previous complete file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def merge(paths: list[str]) -> int:
+    """One table per protocol from several --json files (e.g. two runs side by side)."""
+    by_protocol: dict[str, tuple[list[str], list[Bracket]]] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        name = doc.get("protocol", "?")
+        rows, results = by_protocol.setdefault(name, ([], []))
+        rows.extend(r for r in doc["rows"] if r not in rows)
+        results.extend(Bracket(**{**b, "r": tuple(b["r"])}) for b in doc["brackets"])
+    for name, (rows, results) in by_protocol.items():
+        print(f"protocol {name}: {len(results)} brackets from {len(paths)} file(s)")
+        print(table(results, rows))
+        print()
     return 0
 
 

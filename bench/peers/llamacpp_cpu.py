@@ -13,12 +13,26 @@ scripts/build_llamacpp.sh); run() is the suite's peer section over it. Needs the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 Q8_BLOCK = 34  # bytes per 32 weights: fp16 scale + 32 int8
 D_MODEL, N_LAYERS, N_HEAD = 1024, 6, 8
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The peer llama's dimensions (the feed-forward width is chosen per target bytes)."""
+
+    d_model: int = D_MODEL
+    n_layers: int = N_LAYERS
+    n_head: int = N_HEAD
+
+
+CPU_SHAPE = Shape()                   # ds4-mini's d_model and layers
+GPU_SHAPE = Shape(4096, 4, 32)        # about ds4-gpu's bytes per token with a wide d_model
 PROMPT = 128
 DECODE_STEPS = 32
 
@@ -45,17 +59,19 @@ def _byte_tokens() -> list[str]:
     return [spell[b] for b in range(256)]
 
 
-def ffn_width(bytes_per_token: float, vocab: int) -> int:
+def ffn_width(bytes_per_token: float, vocab: int, shape: Shape = CPU_SHAPE) -> int:
     """Feed-forward width (multiple of 32) whose matmul bytes per token best match the target."""
+    d = shape.d_model
     per_weight = Q8_BLOCK / 32
-    attn = 4 * D_MODEL * D_MODEL
-    target_params = bytes_per_token / per_weight - vocab * D_MODEL
-    f = (target_params / N_LAYERS - attn) / (3 * D_MODEL)
+    attn = 4 * d * d
+    target_params = bytes_per_token / per_weight - vocab * d
+    f = (target_params / shape.n_layers - attn) / (3 * d)
     return max(32, int(round(f / 32)) * 32)
 
 
-def matmul_bytes(ffn: int, vocab: int) -> int:
-    params = N_LAYERS * (4 * D_MODEL * D_MODEL + 3 * D_MODEL * ffn) + vocab * D_MODEL
+def matmul_bytes(ffn: int, vocab: int, shape: Shape = CPU_SHAPE) -> int:
+    d = shape.d_model
+    params = shape.n_layers * (4 * d * d + 3 * d * ffn) + vocab * d
     return params // 32 * Q8_BLOCK
 
 
@@ -69,21 +85,23 @@ def _q8_raw(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return raw.reshape(rows, nb * Q8_BLOCK)
 
 
-def build_gguf(path: Path, ffn: int, seed: int = 0) -> int:
+def build_gguf(path: Path, ffn: int, seed: int = 0, shape: Shape = CPU_SHAPE) -> int:
     """Writes the model; returns the vocab size."""
     import gguf
+
+    d_model, n_layers, n_head = shape.d_model, shape.n_layers, shape.n_head
 
     tokens = _byte_tokens() + ["<s>", "</s>", "ĠĠ"]
     vocab = len(tokens)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("dflash-peer-random-q8_0")
     w.add_context_length(1024)
-    w.add_embedding_length(D_MODEL)
-    w.add_block_count(N_LAYERS)
+    w.add_embedding_length(d_model)
+    w.add_block_count(n_layers)
     w.add_feed_forward_length(ffn)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD)
-    w.add_rope_dimension_count(D_MODEL // N_HEAD)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(d_model // n_head)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_tokenizer_model("gpt2")
@@ -100,19 +118,19 @@ def build_gguf(path: Path, ffn: int, seed: int = 0) -> int:
         w.add_tensor(name, _q8_raw(rng, rows, cols), raw_dtype=q8)
 
     def ones(name: str) -> None:
-        w.add_tensor(name, np.ones(D_MODEL, dtype=np.float32))
+        w.add_tensor(name, np.ones(d_model, dtype=np.float32))
 
-    q("token_embd.weight", vocab, D_MODEL)
-    for i in range(N_LAYERS):
+    q("token_embd.weight", vocab, d_model)
+    for i in range(n_layers):
         ones(f"blk.{i}.attn_norm.weight")
         for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            q(f"blk.{i}.{t}.weight", D_MODEL, D_MODEL)
+            q(f"blk.{i}.{t}.weight", d_model, d_model)
         ones(f"blk.{i}.ffn_norm.weight")
-        q(f"blk.{i}.ffn_gate.weight", ffn, D_MODEL)
-        q(f"blk.{i}.ffn_up.weight", ffn, D_MODEL)
-        q(f"blk.{i}.ffn_down.weight", D_MODEL, ffn)
+        q(f"blk.{i}.ffn_gate.weight", ffn, d_model)
+        q(f"blk.{i}.ffn_up.weight", ffn, d_model)
+        q(f"blk.{i}.ffn_down.weight", d_model, ffn)
     ones("output_norm.weight")
-    q("output.weight", vocab, D_MODEL)
+    q("output.weight", vocab, d_model)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
