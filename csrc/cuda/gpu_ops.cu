@@ -23,6 +23,8 @@ constexpr int kTokBlock = 1024;  // threads per token block (elementwise and nor
 constexpr int kDotBlock = 1024;  // threads per (token, row) dot product (4 values each at d = 4096)
 constexpr int kHeadBlock = 512;  // threads per (token, head) attention block
 constexpr int kRopeBlock = 256;  // threads per (token, head) norm + RoPE block
+constexpr int kChanBlock = 256;  // threads per block of the channel-parallel X producers
+int chan_blocks(int d) { return (d + kChanBlock - 1) / kChanBlock; }
 constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
 constexpr int kMaxHc = 16;
 constexpr int kMaxTopK = 16;
@@ -100,22 +102,18 @@ __device__ void block_rope(float* head, int head_dim, int rope_dim, const float*
     }
 }
 
-// mean = rms_norm(mean) over the block (no gain), after each thread stored its own mean[k]
-// entries with the block's stride (so no barrier is needed before the norm reads them).
-__device__ __forceinline__ void finish_mean(float* mean, int d, float eps, float* sh) {
-    block_rms_norm(mean, nullptr, mean, d, eps, sh);
-}
+// Channel-parallel producers of X: grid (channel blocks, tokens), one channel per thread.
+#define DQ_FOR_CHANNELS(k, d) for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < (d); k += gridDim.x * blockDim.x)
 
 __global__ void k_embed(const int32_t* tokens, const int* pos, const float* embed, float* X, float* mean_all, int hc,
-                        int d, float eps) {
+                        int d) {
     pdl_begin();
-    __shared__ float sh[32];
-    const int j = blockIdx.x;
+    const int j = blockIdx.y;
     const float* e = embed + size_t(tokens[*pos + j]) * d;
     float* x = X + size_t(j) * hc * d;
     float* mean = mean_all + size_t(j) * d;
     const float inv_hc = 1.0f / float(hc);
-    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+    DQ_FOR_CHANNELS(k, d) {
         const float v = e[k];
         float s = 0.0f;
         for (int i = 0; i < hc; ++i) {
@@ -124,7 +122,26 @@ __global__ void k_embed(const int32_t* tokens, const int* pos, const float* embe
         }
         mean[k] = s * inv_hc;
     }
-    finish_mean(mean, d, eps, sh);
+}
+
+// dyn[j, r] = W[r] . rms_norm(mean[j]) (no gain), one block per (row, token): the norm as
+// block_rms_norm computes it (sum of squares in thread-stride order, the block tree, then
+// x * inv per element), each block for itself, then the dot with fixed strides and the tree.
+__global__ void k_dyn_dot(const float* W, const float* mean_all, float* dyn_all, int rows, int d, float eps) {
+    pdl_begin();
+    __shared__ float sh[32];
+    const int r = blockIdx.x, j = blockIdx.y;
+    const float* wr = W + size_t(r) * d;
+    const float* x = mean_all + size_t(j) * d;
+    float q = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) q += x[i] * x[i];
+    const float ms = block_sum(q, sh) / float(d);
+    const float inv = 1.0f / sqrtf(ms + eps);
+    float s = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += wr[i] * (x[i] * inv);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) dyn_all[size_t(j) * rows + r] = s;
 }
 
 // y[j, r] = W[r] . x[j] for r < rows (one block per (row, token); fixed per-thread strides,
@@ -333,18 +350,16 @@ __device__ __forceinline__ void load_mix(const float* post_g, const float* M_g, 
 }
 
 __global__ void k_hc_post(float* Xall, float* mean_all, const float* o_all, const float* post_all, const float* M_all,
-                          int hc, int d, float eps) {
+                          int hc, int d) {
     pdl_begin();
-    __shared__ float sh[32];
     __shared__ float post[kMaxHc], M[kMaxHc * kMaxHc];
-    const int j = blockIdx.x;
+    const int j = blockIdx.y;
     float* X = Xall + size_t(j) * hc * d;
     const float* o = o_all + size_t(j) * d;
     load_mix(post_all + size_t(j) * hc, M_all + size_t(j) * hc * hc, hc, post, M);
     float* mean = mean_all ? mean_all + size_t(j) * d : nullptr;
     const float inv_hc = 1.0f / float(hc);
-    for (int k = threadIdx.x; k < d; k += blockDim.x) post_mix_store(X, M, post, o[k], hc, d, k, mean, inv_hc);
-    if (mean) finish_mean(mean, d, eps, sh);
+    DQ_FOR_CHANNELS(k, d) post_mix_store(X, M, post, o[k], hc, d, k, mean, inv_hc);
 }
 
 // One block for the step: thread j < w routes token j (the CPU's rule), then thread 0 lays
@@ -421,12 +436,11 @@ __global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* 
 // o = y[t] + sum over k in order of wts[t, k] * y[col_of[t, k]] (per channel), then hc_post
 // with that o: X[t, i] <- sum_c M[i, c] X[t, c] + post[i] * o, and the new streams' mean.
 __global__ void k_combine_post(const float* y, const int32_t* col_of, const float* wts, float* Xall, float* mean_all,
-                               const float* post_all, const float* M_all, int hc, int K, int d, float eps) {
+                               const float* post_all, const float* M_all, int hc, int K, int d) {
     pdl_begin();
-    __shared__ float sh[32];
     __shared__ float post[kMaxHc], M[kMaxHc * kMaxHc], wk[kMaxTopK];
     __shared__ int ck[kMaxTopK];
-    const int t = blockIdx.x;
+    const int t = blockIdx.y;
     const float* ys = y + size_t(t) * d;
     float* X = Xall + size_t(t) * hc * d;
     for (int s = threadIdx.x; s < K; s += blockDim.x) {
@@ -436,12 +450,11 @@ __global__ void k_combine_post(const float* y, const int32_t* col_of, const floa
     load_mix(post_all + size_t(t) * hc, M_all + size_t(t) * hc * hc, hc, post, M);
     float* mean = mean_all ? mean_all + size_t(t) * d : nullptr;
     const float inv_hc = 1.0f / float(hc);
-    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+    DQ_FOR_CHANNELS(k, d) {
         float o = ys[k];
         for (int s = 0; s < K; ++s) o += wk[s] * y[size_t(ck[s]) * d + k];
         post_mix_store(X, M, post, o, hc, d, k, mean, inv_hc);
     }
-    if (mean) finish_mean(mean, d, eps, sh);
 }
 
 __global__ void k_final(const float* Xall, const float* hc_final, const float* final_norm, float* xin_all, int hc,
@@ -477,7 +490,7 @@ __global__ void k_step_end(int* pos, const float* logits, float* out_logits, flo
 
 void launch_embed(const int32_t* tokens, DevCtl ctl, const float* embed, float* X, float* mean, int w, int hc, int d,
                   float eps, cudaStream_t s) {
-    launch_kernel(k_embed, dim3(w), dim3(kTokBlock), 0, s, tokens, ctl.pos(), embed, X, mean, hc, d, eps);
+    launch_kernel(k_embed, dim3(chan_blocks(d), w), dim3(kChanBlock), 0, s, tokens, ctl.pos(), embed, X, mean, hc, d);
     check_launch("embed");
 }
 
@@ -486,7 +499,7 @@ void launch_hc_pre(const DevHC& p, const float* norm, const float* X, const floa
                    int sinkhorn_iters, float eps, cudaStream_t s) {
     if (hc > kMaxHc) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
     const int rows = 2 * hc + hc * hc;
-    launch_kernel(k_rowdot, dim3(rows, w), dim3(kDotBlock), 0, s, p.w_dyn, mean, dyn, rows, d);
+    launch_kernel(k_dyn_dot, dim3(rows, w), dim3(kDotBlock), 0, s, p.w_dyn, mean, dyn, rows, d, eps);
     check_launch("hc_dyn");
     launch_kernel(k_hc_mix, dim3(w), dim3(kTokBlock), 0, s, p, norm, X, dyn, xin, xn, post, M, hc, d, sinkhorn_iters, eps, xq, xd);
     check_launch("hc_mix");
@@ -509,7 +522,7 @@ void launch_pool(const PoolArgs& a, cudaStream_t s) {
 
 void launch_hc_post(float* X, float* mean, const float* o, const float* post, const float* M, int w, int hc, int d,
                     float eps, cudaStream_t s) {
-    launch_kernel(k_hc_post, dim3(w), dim3(kTokBlock), 0, s, X, mean, o, post, M, hc, d, eps);
+    launch_kernel(k_hc_post, dim3(chan_blocks(d), w), dim3(kChanBlock), 0, s, X, mean, o, post, M, hc, d);
     check_launch("hc_post");
 }
 
@@ -536,7 +549,8 @@ void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, 
 void launch_combine_post(const float* y, const int32_t* col_of, const float* wts, float* X, float* mean,
                          const float* post, const float* M, int w, int hc, int top_k, int d, float eps, cudaStream_t s) {
     if (top_k > kMaxTopK) throw std::invalid_argument("top_k above 16 is not supported on the GPU");
-    launch_kernel(k_combine_post, dim3(w), dim3(kTokBlock), 0, s, y, col_of, wts, X, mean, post, M, hc, top_k, d, eps);
+    launch_kernel(k_combine_post, dim3(chan_blocks(d), w), dim3(kChanBlock), 0, s, y, col_of, wts, X, mean, post, M, hc,
+                  top_k, d);
     check_launch("combine_post");
 }
 

@@ -34,13 +34,15 @@ struct DevCtl {
     int* n_compressed(int layer) const { return ctl + 1 + layer; }
 };
 
-// The producers of X [w, hc, d] also write mean [w, d] = rms_norm(mean over streams of X[j])
-// (no gain), the first input of the next sublayer's hc_pre (mean may be null: not needed).
+// The producers of X [w, hc, d] (channel-parallel: many blocks per token) also write mean [w, d]
+// = the mean over streams of X[j], not normed: the next sublayer's hc_pre norms it (mean may be
+// null: not needed).
 // X [w, hc, d] <- embed[tokens[pos + j]] in every stream.
 void launch_embed(const int32_t* tokens, DevCtl ctl, const float* embed, float* X, float* mean, int w, int hc, int d,
                   float eps, cudaStream_t s);
 
-// hc_pre + sublayer norm per token from mean [w, d] (written by X's producer): X [w, hc, d] ->
+// hc_pre + sublayer norm per token from mean [w, d] (written by X's producer; rms-normed here, in
+// each dyn dot block): X [w, hc, d] ->
 // xn [w, d] (rms-normed with `norm`) and its Q8_0 activations xq [w, d] / xd [w, d/32], post
 // [w, hc], M [w, hc*hc]; dyn [w, 2*hc + hc*hc] and xin [w, d] are scratch. Two launches: the
 // dyn dots per (row, token), then the mix (rules::hc_mix_weights) + norm + quantize per token.
