@@ -2,19 +2,42 @@
 # One command on a CUDA machine (the lent H200): build the package with the CUDA backend into a
 # throwaway venv, run the GPU tests, the kernel bench (and, where torch is installed, the cuBLAS
 # bf16 reference with issue #9's acceptance-1 table), the ds4-gpu prefill bench and the GPU
-# A/B/A qualification (run + verify), writing logs and figures under $OUT (at most 8 files:
-# summary.md build.log tests.log bench.log kernels_bench.json gpu_prefill.json qualify.log
-# evidence.tar.gz) and a
+# A/B/A qualification (run + verify), writing logs and figures under $OUT (summary.md build.log tests.log bench.log kernels_bench.json gpu_prefill.json qualify.log
+# evidence.tar.gz; with --peer also llama_build.log peer_cuda.md peer_cuda.json) and a
 # short table at the end of stdout. Needs python3 with numpy, pandas, scipy, rich, click, aiohttp,
 # matplotlib, pybind11, scikit-build-core, cmake, ninja, pytest, hypothesis, and nvcc; no network.
 #
-# Usage: OUT=/some/dir scripts/gpu_device_run.sh [--skip-qualify]
+# Usage: OUT=/some/dir scripts/gpu_device_run.sh [--skip-qualify] [--peer]
+#   --peer: also the llama.cpp CUDA peer (bench/peers/llamacpp_cuda.py; files peer_cuda.md,
+#   peer_cuda.json, llama_build.log). llama.cpp builds in the background while our package
+#   builds and the tests run (scripts/build_llamacpp.sh --cuda; DQ_LLAMA_SDIST names a local
+#   copy of the sdist: the lent machine reaches no index); every timed step waits for it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 skip_qualify=0
-[ "${1:-}" = "--skip-qualify" ] && skip_qualify=1
+peer=0
+for arg in "$@"; do
+  case "$arg" in
+    --skip-qualify) skip_qualify=1 ;;
+    --peer) peer=1 ;;
+    *) echo "usage: $0 [--skip-qualify] [--peer]" >&2; exit 2 ;;
+  esac
+done
+peer_pid=
+if [ $peer = 1 ]; then
+  echo "[$(date -u +%H:%M:%S)] llama.cpp CUDA build (background)"
+  JOBS=${DQ_LLAMA_JOBS:-$(( $(nproc) / 2 + 1 ))} bash scripts/build_llamacpp.sh --cuda >"$OUT/llama_build.log" 2>&1 &
+  peer_pid=$!
+fi
+# Timed steps must not share the host with a compiler.
+wait_peer_build() {
+  if [ -n "$peer_pid" ]; then
+    echo "[$(date -u +%H:%M:%S)] waiting for the llama.cpp build"
+    wait "$peer_pid"; echo "llama.cpp build exit $?" >>"$OUT/llama_build.log"; peer_pid=
+  fi
+}
 summary="$OUT/summary.md"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -50,10 +73,11 @@ if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu/kernels_bench.
       -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" >>"$OUT/bench.log" 2>&1 &&
      cmake --build ./build-bench --target gpu_kernels_bench >>"$OUT/bench.log" 2>&1; then
     cp ./build-bench/gpu_kernels_bench ./gpu_kernels_bench
+    wait_peer_build
     timeout 240 ./gpu_kernels_bench "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
     note "kernel bench: exit $? (bench.log, kernels_bench.json)"
     # Acceptance 1 of issue #9: the MMVQ against cuBLAS bf16 at the same two shapes (torch needed).
-    if [ -f "$OUT/kernels_bench.json" ] && python3 -c "import torch" 2>/dev/null; then
+    if [ "${DQ_SKIP_CUBLAS:-0}" != 1 ] && [ -f "$OUT/kernels_bench.json" ] && python3 -c "import torch" 2>/dev/null; then
       echo "[$(stamp)] cuBLAS bf16 reference"
       cb=$(mktemp -d)
       for r in 16384 32768; do
@@ -67,11 +91,25 @@ if [ "${DQ_SKIP_KERNEL_BENCH:-0}" != 1 ] && [ -f "$repo/bench/gpu/kernels_bench.
   fi
 fi
 
+wait_peer_build
 echo "[$(stamp)] ds4-gpu prefill bench"
 md=$(mktemp)
 timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" \
   --kernels-json "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
 note "bench/gpu/prefill.py: exit $?"
+
+if [ $peer = 1 ]; then
+  echo "[$(stamp)] llama.cpp CUDA peer bench"
+  llama_dir=$(tail -2 "$OUT/llama_build.log" | grep -m1 '/bin$')
+  if [ -n "$llama_dir" ]; then
+    timeout "${DQ_PEER_TIMEOUT:-240}" python3 "$repo/bench/peers/llamacpp_cuda.py" --llama-bin "$llama_dir" \
+      --rounds "${DQ_PEER_ROUNDS:-3}" --kernels-json "$OUT/kernels_bench.json" --json "$OUT/peer_cuda.json" \
+      --markdown "$OUT/peer_cuda.md" >>"$OUT/bench.log" 2>&1
+    note "bench/peers/llamacpp_cuda.py: exit $?"
+  else
+    note "llama.cpp CUDA build: FAILED (llama_build.log)"
+  fi
+fi
 
 if [ $skip_qualify = 0 ] && [ -f "$repo/protocols/exact-bands-gpu-aba.toml" ]; then
   echo "[$(stamp)] dflash-qualify run exact-bands-gpu-aba"
@@ -104,5 +142,6 @@ fi
 
 echo "[$(stamp)] done"
 cat "$md" >>"$summary" 2>/dev/null || tail -20 "$OUT/bench.log" >>"$summary"
+[ -f "$OUT/peer_cuda.md" ] && cat "$OUT/peer_cuda.md" >>"$summary"
 echo
 cat "$summary"
