@@ -38,36 +38,22 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import sys
 import time
+from pathlib import Path
 
-from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # run as a script: make `bench` importable
+    sys.path.insert(0, str(REPO))
+
+from bench.harness.memory_writer import MemoryWriter  # noqa: E402
+from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN  # noqa: E402
 from dflash_qualify.harness import analysis
 from dflash_qualify.harness.kinds.calibration import analysis as calibration
 from dflash_qualify.harness import protocol as protocol_mod
 from dflash_qualify.harness.runner import Runner
-
-
-class MemoryWriter:
-    """What the Runner writes, kept in memory (samples, responses; logs dropped)."""
-
-    def __init__(self) -> None:
-        self.responses: dict[str, bytes] = {}
-        self.path = None
-
-    def append_jsonl(self, rel: str, record: dict) -> None:
-        pass  # the runner keeps its own records
-
-    def write_text(self, rel: str, text: str) -> None:
-        pass
-
-    def store_response(self, data: bytes) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-        self.responses[sha] = data
-        return sha
 
 
 def effect_protocol(aa: dict, slowdown_pct: float) -> dict:

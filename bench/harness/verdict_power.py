@@ -34,40 +34,26 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # run as a script: make `bench` importable
+    sys.path.insert(0, str(REPO))
+
+from bench.harness.memory_writer import MemoryWriter  # noqa: E402
+from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN  # noqa: E402
 from dflash_qualify.harness import analysis, noise_model, sequential
 from dflash_qualify.harness import protocol as protocol_mod
 from dflash_qualify.harness.runner import Runner
-
-
-class MemoryWriter:
-    """What the Runner writes, kept in memory (responses by SHA-256; logs dropped)."""
-
-    def __init__(self) -> None:
-        self.path = None
-        self.responses: dict[str, bytes] = {}
-
-    def append_jsonl(self, rel: str, record: dict) -> None:
-        pass  # the runner keeps its samples and looks
-
-    def write_text(self, rel: str, text: str) -> None:
-        pass
-
-    def store_response(self, data: bytes) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-        self.responses[sha] = data
-        return sha
 
 
 @dataclass(frozen=True)
