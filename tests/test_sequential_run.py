@@ -98,7 +98,9 @@ def test_budget_spent_first_is_inconclusive_exit_4_with_junit_and_step_summary(t
     r = gate(out.path, "--junit", str(junit), env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert r.exit_code == 4, r.output
     assert "INCONCLUSIVE (budget_exhausted)" in r.output
-    assert 'type="budget_exhausted"' in junit.read_text() and "INCONCLUSIVE" in junit.read_text()
+    xml = junit.read_text()
+    assert 'type="budget_exhausted"' in xml and "INCONCLUSIVE" in xml
+    assert "<skipped" in xml and 'failures="0"' in xml and 'skipped="1"' in xml  # undecided, not failed
     assert "**Verdict: INCONCLUSIVE**" in summary.read_text()
     assert "blocks would likely decide it" in summary.read_text()
 
