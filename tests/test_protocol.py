@@ -74,7 +74,7 @@ def test_default_protocol_is_the_aba_bracket():
     assert [a["role"] for a in r["arms"]] == ["reference", "candidate", "reference"]
     assert r["target"]["model"] == "ds4-mini" and r["cache"] == "cold"
     assert all(a["warmups"] == 1 and a["measured"] == 2 for a in r["arms"])  # per block
-    assert r["sequential"] == {"max_rounds": 80, "max_seconds": 900.0}
+    assert r["sequential"] == {"max_rounds": 240, "max_seconds": 900.0}
     assert r["gate"]["min_gain_pct"] == 2.0
     assert r["metric"] == "prefill_tok_s" and r["direction"] == "higher"
     cand = r["arms"][1]
