@@ -130,7 +130,8 @@ def gate_args(gate: dict) -> dict:
 def table(results: list[Bracket], rows: list[str]) -> str:
     """The acceptance table: per row the three rates with 95% Clopper-Pearson intervals."""
     lines = ["| row | brackets | QUALIFIED | NOT QUALIFIED | INCONCLUSIVE | median s to verdict "
-             "| median blocks |", "| --- | ---: | --- | --- | --- | ---: | ---: |"]
+             "| median blocks | median gain at the last look |",
+             "| --- | ---: | --- | --- | --- | ---: | ---: | ---: |"]
     for row in rows:
         mine = [b for b in results if b.row == row]
         if not mine:
@@ -144,7 +145,9 @@ def table(results: list[Bracket], rows: list[str]) -> str:
         decided = [b for b in mine if b.decision != sequential.INCONCLUSIVE]
         med_s = f"{statistics.median(b.seconds for b in decided):.1f}" if decided else "-"
         med_b = f"{statistics.median(b.blocks for b in decided):g}" if decided else "-"
-        lines.append(f"| {row} | {n} | " + " | ".join(cells) + f" | {med_s} | {med_b} |")
+        gains = [b.gain_pct for b in mine if b.gain_pct is not None]
+        med_g = f"{statistics.median(gains):.2f}%" if gains else "-"
+        lines.append(f"| {row} | {n} | " + " | ".join(cells) + f" | {med_s} | {med_b} | {med_g} |")
     return "\n".join(lines)
 
 
@@ -213,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.json_out:
                 save(args.json_out, {"argv": sys.argv, "gate": gate, "rows": rows,
                                      "protocol": resolved["name"],
+                                     "budget": {"max_blocks": args.max_blocks,
+                                                "max_seconds": resolved["sequential"]["max_seconds"]},
                                      "brackets": [asdict(b) for b in results]})
     print()
     print(table(results, rows))
@@ -235,6 +240,8 @@ def merge(paths: list[str]) -> int:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         name = doc.get("protocol", "?")
+        if doc.get("budget"):  # brackets under different budgets are different experiments
+            name += f" (budget {doc['budget']['max_blocks']} blocks / {doc['budget']['max_seconds']:g} s)"
         rows, results = by_protocol.setdefault(name, ([], []))
         rows.extend(r for r in doc["rows"] if r not in rows)
         results.extend(Bracket(**{**b, "r": tuple(b["r"])}) for b in doc["brackets"])
