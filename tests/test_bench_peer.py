@@ -21,8 +21,8 @@ def test_prompt_skips_last_ffn_and_head_except_for_the_last_ubatch() -> None:
     assert b["decode_step"] - b["ubatch_no_logits"] == pytest.approx(last_ffn + head, abs=2)
     assert b["last_ubatch_extra"] == pytest.approx(last_ffn + head, abs=2)
     # one ubatch per token at -ub 1, 32 at -ub 4; the last one also reads the FFN and the head
-    assert pp_bytes(b, 1) == PROMPT * b["ubatch_no_logits"] + b["last_ubatch_extra"]
-    assert pp_bytes(b, 4) == PROMPT // 4 * b["ubatch_no_logits"] + b["last_ubatch_extra"]
+    assert pp_bytes(b, PROMPT, 1) == PROMPT * b["ubatch_no_logits"] + b["last_ubatch_extra"]
+    assert pp_bytes(b, PROMPT, 4) == PROMPT // 4 * b["ubatch_no_logits"] + b["last_ubatch_extra"]
     assert N_LAYERS == 6
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import socket
 import statistics
@@ -44,26 +43,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run as a script: make `bench` importable
     sys.path.insert(0, str(REPO))
 
-from bench.peers.llamacpp_cpu import D_MODEL, N_LAYERS, Q8_BLOCK, build_gguf, ffn_width  # noqa: E402
+from bench.peers.llama_build import llama_bin  # noqa: E402
+from bench.peers.llamacpp_cpu import build_gguf, ffn_width, peer_bytes, pp_bytes  # noqa: E402
 
 PROMPT = 128
 DECODE = 32
-VOCAB = 259
-
-
-def llama_bin(given: str | None) -> Path:
-    """The folder holding llama-bench: --llama-bin, else scripts/build_llamacpp.sh (cached build)."""
-    if given:
-        path = Path(given)
-    else:
-        print("peer: locating llama.cpp (scripts/build_llamacpp.sh; builds once, ~10-20 min)", flush=True)
-        res = subprocess.run(["bash", str(REPO / "scripts" / "build_llamacpp.sh")], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise SystemExit(f"scripts/build_llamacpp.sh failed:\n{res.stderr[-2000:]}")
-        path = Path(res.stdout.strip().splitlines()[-1])
-    if not (path / "llama-bench").is_file():
-        raise SystemExit(f"--llama-bin: expected a folder with llama-bench, got {path}")
-    return path
+from bench.peers.random_gguf import VOCAB  # noqa: E402  (259: 256 bytes, BOS, EOS, one merge)
 
 
 def llama_simd(bin_dir: Path, model: Path) -> str:
@@ -100,22 +85,6 @@ def llama_simd(bin_dir: Path, model: Path) -> str:
             proc.kill()
             proc.wait()
     return found
-
-
-def peer_bytes(ffn: int) -> dict:
-    """Weight bytes llama.cpp reads: per decode step, per prompt-processing ubatch (no logits),
-    and the extra of the ubatch that holds the last prompt token."""
-    q8 = Q8_BLOCK / 32
-    attn = 4 * D_MODEL * D_MODEL * q8
-    ffn_b = 3 * D_MODEL * ffn * q8
-    head = VOCAB * D_MODEL * q8
-    return {"decode_step": int(N_LAYERS * (attn + ffn_b) + head),
-            "ubatch_no_logits": int(N_LAYERS * attn + (N_LAYERS - 1) * ffn_b),
-            "last_ubatch_extra": int(ffn_b + head)}
-
-
-def pp_bytes(b: dict, ubatch: int) -> int:
-    return math.ceil(PROMPT / ubatch) * b["ubatch_no_logits"] + b["last_ubatch_extra"]
 
 
 def run_llama_bench(bin_dir: Path, model: Path, threads: int, args: list[str]) -> float:
@@ -169,7 +138,7 @@ def measure(threads: list[int], rounds: int, bin_dir: Path) -> dict:
                 for ub in (1, 4):
                     sec = run_llama_bench(bin_dir, model, t, ["-p", str(PROMPT), "-n", "0", "-ub", str(ub),
                                                               "-b", str(PROMPT)])
-                    s[f"llama_ub{ub}_gbs"] = pp_bytes(pb, ub) / sec / 1e9
+                    s[f"llama_ub{ub}_gbs"] = pp_bytes(pb, PROMPT, ub) / sec / 1e9
                     s[f"llama_ub{ub}_tok_s"] = PROMPT / sec
                 sec = run_llama_bench(bin_dir, model, t, ["-p", "0", "-n", str(DECODE)])
                 s["llama_decode_gbs"] = DECODE * pb["decode_step"] / sec / 1e9

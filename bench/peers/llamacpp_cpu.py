@@ -11,6 +11,7 @@ scripts/build_llamacpp.sh); run() is the suite's peer section over it. Needs the
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,25 @@ def matmul_bytes(ffn: int, vocab: int, shape: Shape = CPU_SHAPE) -> int:
     d = shape.d_model
     params = shape.n_layers * (4 * d * d + 3 * d * ffn) + vocab * d
     return params // 32 * Q8_BLOCK
+
+
+def peer_bytes(ffn: int, shape: Shape = CPU_SHAPE) -> dict:
+    """Weight bytes llama.cpp reads from the peer model: per decode step (every matmul weight;
+    token_embd is a row lookup), per prompt ubatch without the last token (no logits: it skips
+    the last layer's FFN and the output head), and the extra of the ubatch holding it."""
+    q8 = Q8_BLOCK / 32
+    d = shape.d_model
+    attn = 4 * d * d * q8
+    ffn_b = 3 * d * ffn * q8
+    head = VOCAB * d * q8
+    return {"decode_step": int(shape.n_layers * (attn + ffn_b) + head),
+            "ubatch_no_logits": int(shape.n_layers * attn + (shape.n_layers - 1) * ffn_b),
+            "last_ubatch_extra": int(ffn_b + head)}
+
+
+def pp_bytes(b: dict, prompt: int, ubatch: int) -> int:
+    """Weight bytes of processing a `prompt`-token prompt in ubatches of `ubatch` tokens."""
+    return math.ceil(prompt / ubatch) * b["ubatch_no_logits"] + b["last_ubatch_extra"]
 
 
 def build_gguf(path: Path, ffn: int, seed: int = 0, shape: Shape = CPU_SHAPE) -> int:

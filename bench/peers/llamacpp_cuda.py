@@ -35,44 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run as a script: make `bench` importable
     sys.path.insert(0, str(REPO))
 
-from bench.peers.llamacpp_cpu import GPU_SHAPE, Q8_BLOCK, Shape, build_gguf, ffn_width  # noqa: E402
+from bench.peers.llama_build import llama_bin  # noqa: E402
+from bench.peers.random_gguf import VOCAB  # noqa: E402
+from bench.peers.llamacpp_cpu import GPU_SHAPE, build_gguf, ffn_width, peer_bytes, pp_bytes  # noqa: E402
 
 DECODE = 128
-VOCAB = 259  # build_gguf's byte vocab + BOS, EOS and one merge token
-
-
-def llama_bin(given: str | None) -> Path:
-    """The folder holding a CUDA llama-bench: --llama-bin, else scripts/build_llamacpp.sh --cuda."""
-    if given:
-        path = Path(given)
-    else:
-        print("peer: locating llama.cpp CUDA (scripts/build_llamacpp.sh --cuda; builds once, ~4 min "
-              "on 16 cores)", flush=True)
-        res = subprocess.run(["bash", str(REPO / "scripts" / "build_llamacpp.sh"), "--cuda"],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise SystemExit(f"scripts/build_llamacpp.sh --cuda failed:\n{res.stderr[-3000:]}")
-        path = Path(res.stdout.strip().splitlines()[-1])
-    if not (path / "llama-bench").is_file():
-        raise SystemExit(f"--llama-bin: expected a folder with llama-bench, got {path}")
-    return path
-
-
-def peer_bytes(ffn: int, shape: Shape) -> dict:
-    """Weight bytes llama.cpp reads per decode step, per prompt ubatch without logits, and the
-    extra of the ubatch holding the last prompt token (its last FFN rows and the output head)."""
-    q8 = Q8_BLOCK / 32
-    d = shape.d_model
-    attn = 4 * d * d * q8
-    ffn_b = 3 * d * ffn * q8
-    head = VOCAB * d * q8
-    return {"decode_step": int(shape.n_layers * (attn + ffn_b) + head),
-            "ubatch_no_logits": int(shape.n_layers * attn + (shape.n_layers - 1) * ffn_b),
-            "last_ubatch_extra": int(ffn_b + head)}
-
-
-def pp_bytes(b: dict, prompt: int, ubatch: int) -> int:
-    return math.ceil(prompt / ubatch) * b["ubatch_no_logits"] + b["last_ubatch_extra"]
 
 
 def run_llama_bench(bin_dir: Path, model: Path, args: list[str]) -> float:
@@ -179,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"llamacpp_cuda: no CUDA GPU: {why}", file=sys.stderr)
         return 2
-    r = measure(llama_bin(args.llama_bin), args.rounds, args.tokens, read_stream_tbs(args.kernels_json))
+    r = measure(llama_bin(args.llama_bin, cuda=True), args.rounds, args.tokens, read_stream_tbs(args.kernels_json))
     text = markdown(r)
     print(text)
     if args.json:
