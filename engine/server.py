@@ -389,18 +389,15 @@ async def dflash_server_chat(request: web.Request) -> web.StreamResponse:
 def make_app(host: EngineHost) -> web.Application:
     app = web.Application(middlewares=[error_middleware])
     app[HOST_KEY] = host
-    if host.config.api == "dflash-server":  # chat only, usage.timings (dflash_server_api.py)
-        app.router.add_get("/health", health)
-        app.router.add_get("/", health)
-        app.router.add_get("/props", props)
-        app.router.add_get("/v1/models", models)
-        app.router.add_post("/v1/chat/completions", dflash_server_chat)
-        return app
     app.router.add_get("/health", health)
-    app.router.add_get("/v1/health", health)
-    app.router.add_post("/completion", completion)
     app.router.add_get("/props", props)
     app.router.add_get("/v1/models", models)
+    if host.config.api == "dflash-server":  # chat only, usage.timings (dflash_server_api.py)
+        app.router.add_get("/", health)
+        app.router.add_post("/v1/chat/completions", dflash_server_chat)
+        return app
+    app.router.add_get("/v1/health", health)
+    app.router.add_post("/completion", completion)
     app.router.add_post("/v1/completions", openai_completions)
     app.router.add_post("/v1/chat/completions", openai_chat)
     return app

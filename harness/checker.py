@@ -48,6 +48,12 @@ class Checker:
                 where = join_key(path, key)
                 raise UsageError("missing required key", file=self.file, field=where)
 
+    def table_array(self, items, path: str) -> list[dict]:
+        """A non-empty TOML array of tables ([[path]]): items itself, checked."""
+        if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+            self.fail(path, f"a non-empty array of tables ([[{path}]])", items)
+        return items
+
     def sub_table(self, doc: dict, key: str, path: str) -> dict:
         value = doc.get(key, {})
         if not isinstance(value, dict):

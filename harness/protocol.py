@@ -311,8 +311,7 @@ def _sequential(ck: Checker, m: dict, kind: str) -> dict | None:
 
 
 def _prompts(ck: Checker, items, kind: str, base_dir: Path) -> list[dict]:
-    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        ck.fail("prompts", "a non-empty array of tables ([[prompts]])", items)
+    items = ck.table_array(items, "prompts")
     if not TRAITS[kind].compares_groups and len(items) != 1:
         ck.fail("prompts", "exactly one prompt for a bracket protocol",
                 found=f"{len(items)} prompts")
@@ -390,8 +389,7 @@ ENGINE_ARGS = ("bands", "chunk", "mmvq_max_ncols", "mode")
 
 
 def _arms(ck: Checker, items, kind: str, measure: dict, target_kind: str) -> list[dict]:
-    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        ck.fail("arms", "a non-empty array of tables ([[arms]])", items)
+    items = ck.table_array(items, "arms")
     out, seen = [], set()
     for i, a in enumerate(items):
         path = f"arms[{i}]"

@@ -45,10 +45,10 @@ if str(REPO) not in sys.path:  # run as a script: make `bench` importable
 
 from bench.peers.llama_build import llama_bin  # noqa: E402
 from bench.peers.llamacpp_cpu import build_gguf, ffn_width, peer_bytes, pp_bytes  # noqa: E402
+from bench.peers.random_gguf import VOCAB  # noqa: E402
 
 PROMPT = 128
 DECODE = 32
-from bench.peers.random_gguf import VOCAB  # noqa: E402  (259: 256 bytes, BOS, EOS, one merge)
 
 
 def llama_simd(bin_dir: Path, model: Path) -> str:

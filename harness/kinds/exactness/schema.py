@@ -94,8 +94,7 @@ def resolve(doc: dict, *, file: str) -> dict[str, Any]:
 
 
 def _requests(ck: Checker, items: Any) -> list[dict[str, Any]]:
-    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        ck.fail("requests", "a non-empty array of tables ([[requests]])", items)
+    items = ck.table_array(items, "requests")
     out: list[dict[str, Any]] = []
     by_id: dict[str, dict[str, Any]] = {}
     for i, r in enumerate(items):
@@ -135,8 +134,7 @@ def _requests(ck: Checker, items: Any) -> list[dict[str, Any]]:
 
 
 def _candidates(ck: Checker, items: Any) -> list[dict[str, Any]]:
-    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        ck.fail("candidates", "a non-empty array of tables ([[candidates]])", items)
+    items = ck.table_array(items, "candidates")
     out, seen = [], {ORACLE_ID}
     for i, c in enumerate(items):
         path = f"candidates[{i}]"
