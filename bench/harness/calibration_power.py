@@ -37,7 +37,6 @@ docs/calibration.md; not re-run since):
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import sys
@@ -49,21 +48,11 @@ if str(REPO) not in sys.path:  # run as a script: make `bench` importable
     sys.path.insert(0, str(REPO))
 
 from bench.harness.memory_writer import MemoryWriter  # noqa: E402
-from dflash_qualify.engine.options import ENV_TEST_SLOWDOWN  # noqa: E402
+from bench.harness.verdict_power import effect_protocol  # noqa: E402
 from dflash_qualify.harness import analysis
 from dflash_qualify.harness.kinds.calibration import analysis as calibration
 from dflash_qualify.harness import protocol as protocol_mod
 from dflash_qualify.harness.runner import Runner
-
-
-def effect_protocol(aa: dict, slowdown_pct: float) -> dict:
-    """The A/A protocol with a TEST ONLY slowdown on every reference arm."""
-    out = copy.deepcopy({k: v for k, v in aa.items() if k != "calibration"})
-    for arm in out["arms"]:
-        if arm["role"] == "reference":
-            arm["env"] = {**arm["env"], ENV_TEST_SLOWDOWN: f"{slowdown_pct:g}"}
-            arm["label"] += f" + TEST ONLY {slowdown_pct:g}% prefill slowdown"
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"repeats": args.pairs, "simulations": args.simulations, "seed": args.seed,
                 "effects_pct": [args.slowdown], "target_effect_pct": args.slowdown}
     aa = calibration.aa_protocol(loaded.resolved, settings)
-    slow = effect_protocol(aa, args.slowdown)
+    slow = effect_protocol({k: v for k, v in aa.items() if k != "calibration"}, args.slowdown)
     aa_plain = {k: v for k, v in aa.items() if k != "calibration"}
     writer = MemoryWriter()
     aa_samples: list[dict] = []
