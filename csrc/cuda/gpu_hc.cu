@@ -60,18 +60,31 @@ __device__ float cluster_sum(cg::cluster_group& cl, float v, float* sh, float* s
 
 // out[r] = W[r] . x for r < rows over the cluster (x: this block's slice xs [cs] of channels
 // c0..): per thread its channels in stride order, the warp butterfly, the warp partials in
-// warp order, then the block partials in rank order. wpart [kMaxWarps, kMaxDots] scratch,
-// red [kMaxDots] this call's exported partials; out [rows] in shared memory of every block.
+// warp order, then the block partials in rank order. Rows go kDotChunk at a time, so a thread's
+// weight loads of a chunk are all in flight together (one memory latency per chunk, not per
+// row). wpart [kMaxWarps, kMaxDots] scratch, red [kMaxDots] this call's exported partials; out
+// [rows] in shared memory of every block.
+constexpr int kDotChunk = 32;
 __device__ void cluster_dots(cg::cluster_group& cl, const float* W, int rows, int d, int c0, int cs, const float* xs,
                              float* wpart, float* red, float* out) {
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll 4
-    for (int r = 0; r < rows; ++r) {
-        const float* wr = W + size_t(r) * d + c0;
-        float s = 0.0f;
-        for (int k = threadIdx.x; k < cs; k += blockDim.x) s += wr[k] * xs[k];
-        s = warp_sum(s);
-        if (lane == 0) wpart[wid * kMaxDots + r] = s;
+    for (int r0 = 0; r0 < rows; r0 += kDotChunk) {
+        float acc[kDotChunk];
+#pragma unroll
+        for (int u = 0; u < kDotChunk; ++u) acc[u] = 0.0f;
+        for (int k = threadIdx.x; k < cs; k += blockDim.x) {
+            const float x = xs[k];
+            const float* wk = W + size_t(r0) * d + c0 + k;
+#pragma unroll
+            for (int u = 0; u < kDotChunk; ++u)
+                if (r0 + u < rows) acc[u] += wk[size_t(u) * d] * x;
+        }
+#pragma unroll
+        for (int u = 0; u < kDotChunk; ++u)
+            if (r0 + u < rows) {
+                const float v = warp_sum(acc[u]);
+                if (lane == 0) wpart[wid * kMaxDots + r0 + u] = v;
+            }
     }
     __syncthreads();
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -131,6 +144,7 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
         prefetch_rows(a.p.w_dyn, rows, d, c0, cs);
         if (a.router) prefetch_rows(a.router, a.n_experts, d, c0, cs);
     }
+    const float gain0 = int(threadIdx.x) < cs ? a.norm[c0 + threadIdx.x] : 0.0f;  // the first channel's
     pdl_begin();
     extern __shared__ float smem[];
     float* Xs = smem;
@@ -219,7 +233,7 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
         for (int k = threadIdx.x; k < cs; k += blockDim.x) q += xs[k] * xs[k];
         const float ms = cluster_sum(cl, q, sh, &slots[1]) / float(d);
         const float inv = 1.0f / sqrtf(ms + a.eps);
-        for (int k = threadIdx.x; k < cs; k += blockDim.x) xs[k] = xs[k] * inv * a.norm[c0 + k];
+        for (int k = threadIdx.x; k < cs; k += blockDim.x) xs[k] = xs[k] * inv * (k == int(threadIdx.x) ? gain0 : a.norm[c0 + k]);
     }
     __syncthreads();
     block_quantize_row(xs, cs, a.xq + size_t(j) * d + c0, a.xd + (size_t(j) * d + c0) / 32);
