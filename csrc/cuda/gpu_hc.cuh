@@ -72,7 +72,7 @@ struct HcStepArgs {
 };
 
 // One launch: grid (C, w) of clusters (C, 1, 1). Throws std::invalid_argument on shapes it
-// does not support (hc above 16, top_k above 16, more than 288 dyn rows or experts, w > 32).
+// does not support (hc above 4, top_k above 16, n_experts above 31, w above 32).
 void launch_hc_step(const HcStepArgs& a, int w, cudaStream_t s);
 
 }}  // namespace dq::gpu
