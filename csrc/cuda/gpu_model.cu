@@ -18,6 +18,7 @@
 #include <string>
 
 #include "common/engine_rules.h"
+#include "gpu_hc.cuh"
 #include "gpu_ops.cuh"
 #include "model_attention.h"
 #include "model_ops.h"
@@ -149,7 +150,9 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     if (threads < 1) throw std::invalid_argument("threads must be >= 1");
     const std::string why = unavailable_reason();
     if (!why.empty()) throw std::invalid_argument("device='cuda' is not available: " + why);
-    if (m.cfg.hc_mult > 16) throw std::invalid_argument("hc_mult above 16 is not supported on the GPU");
+    if (m.cfg.hc_mult > 4) throw std::invalid_argument("hc_mult above 4 is not supported on the GPU");
+    if (m.cfg.n_experts > 31) throw std::invalid_argument("n_experts above 31 is not supported on the GPU");
+    if (m.cfg.top_k > 16) throw std::invalid_argument("top_k above 16 is not supported on the GPU");
     DQ_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop{};
     DQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -328,7 +331,8 @@ struct GpuSessionImpl {
     // Step scratch (kMaxStep tokens; MoE rows: w shared + w*top_k routed).
     int max_rows;
     int32_t* tokens;  // [ctx] ids by position
-    float *X, *mean, *dyn, *rlogits, *xin, *xn, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
+    // post/M: [2][w, hc] / [2][w, hc, hc], the attention's pre (0) and the FFN's (1).
+    float *X, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
     int8_t *xq, *aq, *xg, *hq;
     float *xd, *ad, *xgd, *hqd;
     int32_t* ids;
@@ -371,13 +375,8 @@ struct GpuSessionImpl {
         last_logits_h.assign(c.vocab, 0.0f);
         tokens = arena.alloc<int32_t>(c.ctx);
         X = arena.alloc<float>(W * hc * d);
-        mean = arena.alloc<float>(W * d);
-        dyn = arena.alloc<float>(W * c.hc_dyn_rows());
-        rlogits = arena.alloc<float>(W * c.n_experts);
-        xin = arena.alloc<float>(W * d);
-        xn = arena.alloc<float>(W * d);
-        post = arena.alloc<float>(W * hc);
-        M = arena.alloc<float>(W * hc * hc);
+        post = arena.alloc<float>(2 * W * hc);
+        M = arena.alloc<float>(2 * W * hc * hc);
         proj = arena.alloc<float>(W * c.proj_rows());
         attn = arena.alloc<float>(W * c.q_dim());
         o = arena.alloc<float>(W * d);
@@ -401,6 +400,8 @@ struct GpuSessionImpl {
         moe.col_of = arena.alloc<int32_t>(W * K);
         moe.scratch = arena.alloc<int32_t>(2 * size_t(c.n_experts));
         moe.counters = arena.alloc<unsigned long long>(2);
+        moe.done = arena.alloc<unsigned int>(1);
+        DQ_CUDA_CHECK(cudaMemset(moe.done, 0, sizeof(unsigned int)));
         moe.expert_bytes = m.layers.empty() ? 0 : m.layers[0].exp_w13[0].bytes + m.layers[0].exp_w2[0].bytes;
         int max_comp = 0;
         for (int r : c.ratios) max_comp = std::max(max_comp, c.max_compressed(r));
@@ -483,13 +484,8 @@ struct GpuSessionImpl {
         const ModelConfig& c = m.cfg;
         const DevLayer& L = m.layers[l];
         DevLayerState& ls = layers[l];
-        const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
+        const int hd = c.head_dim, qd = c.q_dim(), pr = c.proj_rows();
         cudaStream_t s = m.stream;
-        {
-            OpSpan span(timer(), st, kOpHC, "hc_pre");
-            launch_hc_pre(L.hc_attn, L.attn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
-                          c.sinkhorn_iters, c.norm_eps, s);
-        }
         mm(L.w_proj, xq, xd, w, proj, mode, st, "proj");
         {
             OpSpan span(timer(), st, kOpPerToken, "qk_rope");
@@ -528,10 +524,73 @@ struct GpuSessionImpl {
             }
         }
         mm(L.w_o, aq, ad, w, o, mode, st, "w_o");
-        {
-            OpSpan span(timer(), st, kOpHC, "hc_post");
-            launch_hc_post(X, mean, o, post, M, w, c.hc_mult, d, c.norm_eps, s);
+        {  // HC post of the attention + the FFN's HC pre + its router and MoE table
+            OpSpan span(timer(), st, kOpHC, "hc_post_pre_route");
+            const bool hash = l < c.n_hash_layers;
+            HcStepArgs a = hc_args(HcIn::kPost, 0);
+            a.o = o;
+            a.p = L.hc_ffn;
+            a.norm = L.ffn_norm;
+            a.router = L.router;
+            a.router_bias = L.router_bias;
+            a.tid2eid = hash ? L.tid2eid : nullptr;
+            a.route_off = size_t(l) * c.ctx * c.top_k;
+            launch_hc_step(a, w, s);
         }
+    }
+
+    // The boundary kernel's arguments (gpu_hc.cuh) but the sublayer's: in from the pre of
+    // post/M set `in_set` (the other set is written when the consumer is a pre).
+    HcStepArgs hc_args(HcIn in, int in_set) const {
+        const ModelConfig& c = m.cfg;
+        const size_t W = kMaxStep, hc = size_t(c.hc_mult);
+        HcStepArgs a{};
+        a.in = in;
+        a.out = HcOut::kPre;
+        a.hc = c.hc_mult;
+        a.d = c.d_model;
+        a.eps = c.norm_eps;
+        a.X = X;
+        a.tokens = tokens;
+        a.pos = ctl.pos();
+        a.embed = m.embed;
+        a.col_of = moe.col_of;
+        a.wts = wts;
+        a.top_k = c.top_k;
+        a.post_in = post + size_t(in_set) * W * hc;
+        a.M_in = M + size_t(in_set) * W * hc * hc;
+        a.post_out = post + size_t(1 - in_set) * W * hc;
+        a.M_out = M + size_t(1 - in_set) * W * hc * hc;
+        a.sinkhorn_iters = c.sinkhorn_iters;
+        a.hc_final = m.hc_final;
+        a.hc_streams = hc_streams;
+        a.xq = xq;
+        a.xd = xd;
+        a.n_experts = c.n_experts;
+        a.routed_scale = c.routed_scale;
+        a.ids = ids;
+        a.rwts = wts;
+        a.rid = out_rid;
+        a.rw = out_rw;
+        a.moe = moe;
+        return a;
+    }
+
+    // The boundary after the FFN of layer l (MoE combine + HC post) and before the next
+    // attention (its HC pre) or, after the last layer, the final norm.
+    void hc_after_ffn(int l, int w, StepStats& st) {
+        const ModelConfig& c = m.cfg;
+        OpSpan span(timer(), st, kOpHC, l + 1 < c.n_layers ? "combine_post_pre" : "combine_post_final");
+        HcStepArgs a = hc_args(HcIn::kCombine, 1);
+        a.o = y;
+        if (l + 1 < c.n_layers) {
+            a.p = m.layers[l + 1].hc_attn;
+            a.norm = m.layers[l + 1].attn_norm;
+        } else {
+            a.out = HcOut::kFinal;
+            a.norm = m.final_norm;
+        }
+        launch_hc_step(a, w, m.stream);
     }
 
     void ffn_sublayer(int l, int w, const StepMode& mode, bool fixed, StepStats& st) {
@@ -539,19 +598,6 @@ struct GpuSessionImpl {
         const DevLayer& L = m.layers[l];
         const int d = c.d_model, K = c.top_k, f = c.d_ff;
         cudaStream_t s = m.stream;
-        {
-            OpSpan span(timer(), st, kOpHC, "hc_pre");
-            launch_hc_pre(L.hc_ffn, L.ffn_norm, X, mean, dyn, xin, xn, post, M, xq, xd, w, c.hc_mult, d,
-                          c.sinkhorn_iters, c.norm_eps, s);
-        }
-        const bool hash = l < c.n_hash_layers;
-        {
-            OpSpan span(timer(), st, kOpRouter, "route");
-            launch_route(RouterArgs{xn, L.router, L.router_bias, hash ? L.tid2eid : nullptr, tokens, ctl.pos(), d,
-                                    c.n_experts, K, c.routed_scale, ids, wts, out_rid, out_rw,
-                                    size_t(l) * c.ctx * K},
-                         moe, rlogits, w, s);
-        }
         // MoE columns (gu/h/hq/y rows): 0..w-1 the shared expert's, then each routed expert's in
         // expert order (rules::moe_columns); the table of slots is on the device.
         const size_t nbd = size_t(d / QK8_0), nbf = size_t(f / QK8_0);
@@ -610,11 +656,7 @@ struct GpuSessionImpl {
                    st, "moe_down", false);
             }
         }
-        {
-            OpSpan span(timer(), st, kOpPerToken, "combine_post");
-            launch_combine_post(y, moe.col_of, wts, X, l + 1 < c.n_layers ? mean : nullptr, post, M, w, c.hc_mult, K,
-                                d, c.norm_eps, s);
-        }
+        hc_after_ffn(l, w, st);
     }
 
     // The launches of one step of w tokens at the device position (tokens[pos..] already on the
@@ -622,24 +664,22 @@ struct GpuSessionImpl {
     // device. fixed: the graph's sequence (see graphable); host mirrors are not touched here.
     void enqueue(int w, const StepMode& mode, bool fixed, StepStats& st) {
         const ModelConfig& c = m.cfg;
-        const int d = c.d_model, hc = c.hc_mult;
         cudaStream_t s = m.stream;
-        {
-            OpSpan span(timer(), st, kOpPerToken, "embed");
-            launch_embed(tokens, ctl, m.embed, X, mean, w, hc, d, c.norm_eps, s);
+        {  // embed + the first attention's HC pre
+            OpSpan span(timer(), st, kOpHC, "embed_pre");
+            HcStepArgs a = hc_args(HcIn::kEmbed, 1);
+            a.p = m.layers[0].hc_attn;
+            a.norm = m.layers[0].attn_norm;
+            launch_hc_step(a, w, s);
         }
         for (int l = 0; l < c.n_layers; ++l) {
             attention_sublayer(l, w, mode, fixed, st);
             ffn_sublayer(l, w, mode, fixed, st);
         }
-        {
-            OpSpan span(timer(), st, kOpPerToken, "final");
-            launch_final(X, m.hc_final, m.final_norm, xin, xq, xd, w, hc, d, c.norm_eps, s);
-        }
         mm(m.lm_head, xq, xd, w, step_logits, mode, st, "lm_head");
         {
             OpSpan span(timer(), st, kOpPerToken, "step_end");
-            launch_step_end(ctl, step_logits, out_logits, last_logits, X, hc_streams, w, c.vocab, hc, d, s);
+            launch_step_end(ctl, step_logits, out_logits, last_logits, w, c.vocab, s);
         }
     }
 

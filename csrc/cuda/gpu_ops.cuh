@@ -1,7 +1,8 @@
 // Per-token CUDA ops of the DS4-mini forward (the GPU twins of model_ops / model_attention /
-// model_moe's per-token parts). Exactness rule 1 on the GPU: every launcher runs one block per
-// token (or per (token, head)) with a fixed block size and a fixed reduction tree, so a token
-// is computed by the same instructions whatever the step width; nothing reduces across tokens.
+// model_moe's per-token parts; the hyper-connection boundaries and the router are in gpu_hc.cuh).
+// Exactness rule 1 on the GPU: every launcher runs one block per token (or per (token, head))
+// with a fixed block size and a fixed reduction tree, so a token is computed by the same
+// instructions whatever the step width; nothing reduces across tokens.
 // All pointers are device pointers; shapes in the comments are per step of w tokens.
 #pragma once
 #include <cstddef>
@@ -33,23 +34,6 @@ struct DevCtl {
     const int* pos() const { return ctl; }
     int* n_compressed(int layer) const { return ctl + 1 + layer; }
 };
-
-// The producers of X [w, hc, d] (channel-parallel: many blocks per token) also write mean [w, d]
-// = the mean over streams of X[j], not normed: the next sublayer's hc_pre norms it (mean may be
-// null: not needed).
-// X [w, hc, d] <- embed[tokens[pos + j]] in every stream.
-void launch_embed(const int32_t* tokens, DevCtl ctl, const float* embed, float* X, float* mean, int w, int hc, int d,
-                  float eps, cudaStream_t s);
-
-// hc_pre + sublayer norm per token from mean [w, d] (written by X's producer; rms-normed here, in
-// each dyn dot block): X [w, hc, d] ->
-// xn [w, d] (rms-normed with `norm`) and its Q8_0 activations xq [w, d] / xd [w, d/32], post
-// [w, hc], M [w, hc*hc]; dyn [w, 2*hc + hc*hc] and xin [w, d] are scratch. Two launches: the
-// dyn dots per (row, token), then the mix (rules::hc_mix_weights) + norm + quantize per token.
-// Every fused quantization here has the semantics of quantize_row_q8_0_ref (CPU bytes).
-void launch_hc_pre(const DevHC& p, const float* norm, const float* X, const float* mean, float* dyn, float* xin,
-                   float* xn, float* post, float* M, int8_t* xq, float* xd, int w, int hc, int d,
-                   int sinkhorn_iters, float eps, cudaStream_t s);
 
 // Per (token, head): rms-norm + RoPE of the q heads and of the kv row inside proj [w, proj_rows]
 // (in place); the kv row is also written to window slot (pos + j) % cap.
@@ -84,13 +68,10 @@ struct PoolArgs {
 };
 void launch_pool(const PoolArgs& a, cudaStream_t s);
 
-// X[j] <- M_j X[j] + post_j * o[j] for every stream (in place), and mean[j] of the new X.
-void launch_hc_post(float* X, float* mean, const float* o, const float* post, const float* M, int w, int hc, int d,
-                    float eps, cudaStream_t s);
-
-// The MoE dispatch of a step, written on the device by launch_route: slots = the matrices to run
-// (slot 0 the shared expert on all w columns, then each routed expert with columns, in index
-// order; mat 0 = shared, 1 + e = expert e), columns laid out as rules::moe_columns.
+// The MoE dispatch of a step, written on the device by the router (launch_hc_step, gpu_hc.cuh):
+// slots = the matrices to run (slot 0 the shared expert on all w columns, then each routed
+// expert with columns, in index order; mat 0 = shared, 1 + e = expert e), columns laid out as
+// rules::moe_columns.
 // One int32 buffer: slots [1 + 3 S] (n, mat[S], base[S], count[S]; S = 1 + n_experts), then
 // tok_of_col [kMaxStep (1 + K)], col_of [kMaxStep K], base/count scratch [2 E].
 struct DevMoe {
@@ -98,18 +79,8 @@ struct DevMoe {
     int32_t* tok_of_col; int32_t* col_of; int32_t* scratch;
     unsigned long long* counters;  // [2] += routed experts' weight bytes and matmul calls
     unsigned long long expert_bytes;  // w13 + w2 bytes of one routed expert
+    unsigned int* done;  // [1] tokens routed so far in this step (0 between steps)
 };
-
-// Routing per token (router dots one block per (expert, token) into logits [w, n_experts]
-// scratch, then one block: thread j routes token j with rules::route_from_logits, thread 0
-// lays out the columns): ids/wts [w, top_k]; also written to rid/rw at
-// [route_off + (pos + j) * top_k + k]; the MoE table of the step.
-struct RouterArgs {
-    const float* xn; const float* router; const float* router_bias; const int32_t* tid2eid;  // null: learned
-    const int32_t* tokens; const int* pos; int d; int n_experts; int top_k; float routed_scale;
-    int32_t* ids; float* wts; int32_t* rid; float* rw; size_t route_off;
-};
-void launch_route(const RouterArgs& a, const DevMoe& moe, float* logits, int w, cudaStream_t s);
 
 // xg row r <- xq row tok_of_row[r] (int8 [d] and float scales [d/32]).
 void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
@@ -120,19 +91,13 @@ void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row,
 void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
                    cudaStream_t s);
 
-// MoE combine + hc_post per token: o[t] = y[t] + sum over k in order of wts[t, k] *
-// y[col_of[t, k]] (y [rows, d], rows 0..w-1 the shared expert), then X[t] <- M_t X[t] + post_t o,
-// and mean[t] of the new X (mean may be null).
-void launch_combine_post(const float* y, const int32_t* col_of, const float* wts, float* X, float* mean,
-                         const float* post, const float* M, int w, int hc, int top_k, int d, float eps, cudaStream_t s);
-
-// Final: xin[j] = rms_norm(sum_i hc_final[i] * X[j, i], final_norm), and its Q8_0 activations.
-void launch_final(const float* X, const float* hc_final, const float* final_norm, float* xin, int8_t* xq, float* xd,
-                  int w, int hc, int d, float eps, cudaStream_t s);
-
 // Step end (one block): logits [w, vocab] -> out_logits rows pos .. pos + w - 1 and last_logits,
-// X's last token -> hc_streams [hc, d], then pos += w.
-void launch_step_end(DevCtl ctl, const float* logits, float* out_logits, float* last_logits, const float* X,
-                     float* hc_streams, int w, int vocab, int hc, int d, cudaStream_t s);
+// then pos += w.
+void launch_step_end(DevCtl ctl, const float* logits, float* out_logits, float* last_logits, int w, int vocab,
+                     cudaStream_t s);
+
+// Counts the launch (dq::cuda::count_launch) and throws std::runtime_error naming `what` when
+// the last launch failed.
+void check_launch(const char* what);
 
 }}  // namespace dq::gpu

@@ -19,21 +19,35 @@ __device__ __forceinline__ void pdl_begin() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute; errors are left for
-// cudaGetLastError (the callers' launch checks).
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute and, when cluster_x > 1,
+// thread-block clusters of cluster_x blocks along x; errors are left for cudaGetLastError (the
+// callers' launch checks).
 template <class... P, class... A>
-void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+void launch_kernel_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                           cudaStream_t s, A&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    if (cluster_x > 1) {
+        attr[1].id = cudaLaunchAttributeClusterDimension;
+        attr[1].val.clusterDim.x = cluster_x;
+        attr[1].val.clusterDim.y = 1;
+        attr[1].val.clusterDim.z = 1;
+        cfg.numAttrs = 2;
+    }
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    launch_kernel_cluster(kernel, grid, block, smem, 1u, s, std::forward<A>(args)...);
 }
 
 }}  // namespace dq::cuda

@@ -39,15 +39,24 @@ void check_launch(const char* what) {
 
 // ---------------------------------------------------------------------------------------------
 // Loads. Weights stream once: read-only path, no L1 allocation (keeps L1 for the activations,
-// which every warp of an SM re-reads). Activations: read-only path, L1-cached.
+// which every warp of an SM re-reads), and L2 evict-first, so the ~1 GB stream of a step does not
+// push out of L2 what the step's small kernels re-read (activations, the KV window, HC and router
+// weights, kernel code). Activations: read-only path, L1-cached.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
 __device__ __forceinline__ uint2 ld_stream_v2(const int8_t* p) {
     uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(p), "l"(l2_evict_first()));
     return v;
 }
 __device__ __forceinline__ unsigned short ld_stream_u16(const uint16_t* p) {
     unsigned short v;
-    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(l2_evict_first()));
     return v;
 }
 
@@ -76,8 +85,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
 }
 __device__ __forceinline__ void bulk_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(smem)), "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(smem)),
+        "l"(gmem), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_evict_first())
         : "memory");
 }
 
@@ -173,9 +183,9 @@ __device__ __forceinline__ void mmvq_lane_step(const Q8Block32& w, float wd, con
 // and the second half's load finds them there instead of fetching the sectors from L2 again.
 __device__ __forceinline__ int4 ld_weight_v4(const int8_t* p) {
     int4 v;
-    asm("ld.global.nc.L1::evict_first.v4.s32 {%0, %1, %2, %3}, [%4];"
+    asm("ld.global.nc.L1::evict_first.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+        : "l"(p), "l"(l2_evict_first()));
     return v;
 }
 
