@@ -43,14 +43,6 @@ void attn_write_token(const ModelConfig& c, LayerState& s, int pos, const float*
     }
 }
 
-void attn_prefetch_rows(const ModelConfig& c, const LayerState& s) {
-    const size_t hd = size_t(c.head_dim), line = 64;
-    const char* p = reinterpret_cast<const char*>(s.compressed.data());
-    for (size_t o = 0; o < size_t(s.n_compressed) * hd * sizeof(float); o += line) __builtin_prefetch(p + o, 0, 1);
-    p = reinterpret_cast<const char*>(s.window.data());
-    for (size_t o = 0; o < s.window.size() * sizeof(float); o += line) __builtin_prefetch(p + o, 0, 1);
-}
-
 void attn_one(const ModelConfig& c, const LayerState& s, const float* q, int pos, float* out,
               float* scores) {
     for (int h = 0; h < c.n_heads; ++h) attn_head(c, s, q, pos, h, out, scores);

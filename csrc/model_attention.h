@@ -25,10 +25,6 @@ LayerState make_layer_state(const ModelConfig& c, int layer);
 void attn_write_token(const ModelConfig& c, LayerState& s, int pos, const float* kv,
                       const float* ckv, const float* cscore);
 
-// Prefetches (into L2) every row attention will read for this layer: the valid compressed rows
-// and the raw window ring. A hint only.
-void attn_prefetch_rows(const ModelConfig& c, const LayerState& s);
-
 // Attention of one query token at `pos` (all heads): keys/values are the compressed rows
 // produced so far (in order), then window rows for positions max(0, pos-n_swa+1)..pos.
 // Shared KV: one kv row serves as key and value for every head. q: [n_heads, head_dim]

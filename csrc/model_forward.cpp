@@ -146,11 +146,6 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
         par_quantize_rows(pool, sc.xn.data(), sc.xq.data(), w, d);
     }
     mm(L.w_proj, sc.xq.data(), w, sc.proj.data(), read_ahead_of(L.w_o));  // [w, q | kv | ckv | cscore]
-    // The rows attention reads (this layer's compressed rows and raw window) were pushed out of
-    // every cache by the step's weight stream: start them all now, while RoPE and the
-    // compressor run, instead of missing on them key by key (q1, 1 thread, Zen 4: attention
-    // ~86 -> ~73 us/token).
-    attn_prefetch_rows(c, ls);
     {
         OpTimer t(stats, kOpPerToken);
         par_items(pool, w, [&](int j) {
