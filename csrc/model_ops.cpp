@@ -38,60 +38,55 @@ DQ_OPS_CLONES float dot_f32(const float* a, const float* b, int n) {
 }
 
 namespace {
-// R rows a[r] against NC columns b[c], R and NC fixed at compile time and the lanes written as
-// vectors (F32x8) so the accumulators stay in registers (with a run-time NC and plain arrays,
-// GCC kept them on the stack and multiplied lane by lane in scalar code). out[r * NC + c] is
-// exactly dot_f32(a[r], b[c]): the same lanes and tree; the R * NC chains are independent, so
-// they overlap (one chain is one add latency per 8 floats: ~1 float per cycle).
-template <int R, int NC>
-DQ_OPS_CLONES void dot_f32_tile(const float* const* a, const float* const* b, int n, float* out) {
-    F32x8 acc[R * NC];
-    const float* ar[R];
+// NC columns against one row a, NC fixed at compile time and the lanes written as vectors
+// (F32x8) so the accumulators stay in registers (with a run-time NC and plain arrays, GCC kept
+// them on the stack and multiplied lane by lane in scalar code). Per column exactly dot_f32's
+// lanes and tree; the NC chains are independent, so they overlap (one chain is one add latency
+// per 8 floats).
+template <int NC>
+DQ_OPS_CLONES void dot_f32_cols_n(const float* a, const float* const* b, int n, float* out) {
+    F32x8 acc[NC];
     const float* bc[NC];
-    for (int i = 0; i < R * NC; ++i) acc[i] = F32x8{};
-    for (int r = 0; r < R; ++r) ar[r] = a[r];
-    for (int c = 0; c < NC; ++c) bc[c] = b[c];
+    for (int c = 0; c < NC; ++c) {
+        acc[c] = F32x8{};
+        bc[c] = b[c];
+    }
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        F32x8 av[R], bv;
-        for (int r = 0; r < R; ++r) {
-            // The rows a (HC w_dyn, router) come from DRAM every step (the Q8_0 weight stream
-            // evicts them) and each 4 KiB row restarts the hardware prefetcher: run 2 KiB
-            // ahead, into the next row of the caller's contiguous rows. A hint only (never
-            // faults past the end); it does not touch the arithmetic.
-            if ((i & 15) == 0) __builtin_prefetch(ar[r] + i + kDotPrefetchFloats);
-            std::memcpy(&av[r], ar[r] + i, sizeof av[r]);
-        }
+        // The rows a (HC w_dyn, router) come from DRAM every step (the Q8_0 weight stream
+        // evicts them) and each 4 KiB row restarts the hardware prefetcher: run 2 KiB
+        // ahead, into the next row of the caller's contiguous rows. A hint only (never
+        // faults past the end); it does not touch the arithmetic.
+        if ((i & 15) == 0) __builtin_prefetch(a + i + kDotPrefetchFloats);
+        F32x8 av, bv;
+        std::memcpy(&av, a + i, sizeof av);
         for (int c = 0; c < NC; ++c) {
             std::memcpy(&bv, bc[c] + i, sizeof bv);
-            for (int r = 0; r < R; ++r) acc[r * NC + c] += av[r] * bv;
+            acc[c] += av * bv;
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int c = 0; c < NC; ++c) {
-            float ac[8];
-            std::memcpy(ac, &acc[r * NC + c], sizeof ac);
-            for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += ar[r][t] * bc[c][t];
-            out[r * NC + c] = tree8(ac);
-        }
+    for (int c = 0; c < NC; ++c) {
+        float ac[8];
+        std::memcpy(ac, &acc[c], sizeof ac);
+        for (int t = i, j = 0; t < n; ++t, ++j) ac[j] += a[t] * bc[c][t];
+        out[c] = tree8(ac);
+    }
 }
 }  // namespace
 
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
-    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of up to 8.
-    const float* const ap[1] = {a};
+    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of up to 8 (attention
+    // scores eight keys per pass: eight chains instead of four).
     for (int c0 = 0; c0 < ncols; c0 += 8) {
-        const float* const* bc = b + c0;
-        float* oc = out + c0;
         switch (ncols - c0 < 8 ? ncols - c0 : 8) {
-            case 1: dot_f32_tile<1, 1>(ap, bc, n, oc); break;
-            case 2: dot_f32_tile<1, 2>(ap, bc, n, oc); break;
-            case 3: dot_f32_tile<1, 3>(ap, bc, n, oc); break;
-            case 4: dot_f32_tile<1, 4>(ap, bc, n, oc); break;
-            case 5: dot_f32_tile<1, 5>(ap, bc, n, oc); break;
-            case 6: dot_f32_tile<1, 6>(ap, bc, n, oc); break;
-            case 7: dot_f32_tile<1, 7>(ap, bc, n, oc); break;
-            default: dot_f32_tile<1, 8>(ap, bc, n, oc); break;
+            case 1: dot_f32_cols_n<1>(a, b + c0, n, out + c0); break;
+            case 2: dot_f32_cols_n<2>(a, b + c0, n, out + c0); break;
+            case 3: dot_f32_cols_n<3>(a, b + c0, n, out + c0); break;
+            case 4: dot_f32_cols_n<4>(a, b + c0, n, out + c0); break;
+            case 5: dot_f32_cols_n<5>(a, b + c0, n, out + c0); break;
+            case 6: dot_f32_cols_n<6>(a, b + c0, n, out + c0); break;
+            case 7: dot_f32_cols_n<7>(a, b + c0, n, out + c0); break;
+            default: dot_f32_cols_n<8>(a, b + c0, n, out + c0); break;
         }
     }
 }
