@@ -33,10 +33,19 @@ enum class MatKernel : int {
     kMMQ = 1,   // tiled mat-mat, any ncols, its own reduction order (non-exact)
 };
 
+// The weight bytes a caller streams after the current product (its next matrix, or the F32 rows
+// its next per-token op reads): a prefetch hint, never read as data. The streaming MMVQ kernels
+// point their tail prefetches into it, so the next product's first rows are not fetched cold
+// after the per-token work in between (the stream does not restart at every dispatch).
+struct ReadAhead {
+    const void* p = nullptr;
+    size_t bytes = 0;
+};
+
 // Y[c, n] = dot(W[n, :], X[c, :]). Threads split output rows only, never K.
 // kMMVQ requires 1 <= ncols <= 8. Returns nothing; inputs are validated by callers.
 void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
-                  MatKernel kernel, ThreadPool* pool);
+                  MatKernel kernel, ThreadPool* pool, ReadAhead next = {});
 
 // One product of a batch: y [ncols, w.rows] = x [ncols, w.cols] W^T with its own kernel.
 struct MatTask {
@@ -49,7 +58,7 @@ struct MatTask {
 // Independent products in one parallel region (one dispatch instead of one per product): the
 // rows of all tasks form one range, each task starting on a slice-grain boundary, so every
 // output row is computed exactly as mul_mat_q8_0 computes it (rows split, never K).
-void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool);
+void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead next = {});
 
 // Scalar reference of the canonical order for one output: always compiled, used by tests.
 float vec_dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* x, int nblocks);

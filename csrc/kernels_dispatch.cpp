@@ -45,6 +45,24 @@ std::atomic<const simd::KernelSet*>& active() {
     return set;
 }
 
+// The part of `next` a thread whose rows start at fraction num / den of this dispatch reads in the
+// next one: the same fraction, as the next dispatch's static split will give it (a hint only).
+ReadAhead read_ahead_at(const ReadAhead& next, size_t num, size_t den) {
+    if (next.p == nullptr || den == 0) return next;
+    const size_t skip = next.bytes * num / den / 64 * 64;
+    return {static_cast<const char*>(next.p) + skip, next.bytes - skip};
+}
+
+// Runs fn with the calling thread's hint (simd::call_hint) set to `next` and `threads`, then clears it.
+template <class Fn>
+void with_hint(const ReadAhead& next, int threads, Fn&& fn) {
+    simd::call_hint() = {next, threads};
+    fn();
+    simd::call_hint() = {};
+}
+
+ReadAhead region_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
+
 }  // namespace
 
 const char* simd_path() { return active().load(std::memory_order_relaxed)->name; }
@@ -66,21 +84,25 @@ bool set_simd_path(const char* name) {
 // boundaries are multiples of the kernel's grain; K is never split, so every output is
 // computed by one thread in one fixed order and the result is independent of thread count.
 void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
-                  MatKernel kernel, ThreadPool* pool) {
+                  MatKernel kernel, ThreadPool* pool, ReadAhead next) {
     const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
     const simd::MatRowsFn fn = kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq;
     const int grain = kernel == MatKernel::kMMVQ ? ks->mmvq_grain : ks->mmq_grain;
     if (pool == nullptr || pool->size() <= 1 || w.rows <= grain) {
-        fn(w, x, ncols, y, 0, w.rows);
+        with_hint(next, 1, [&] { fn(w, x, ncols, y, 0, w.rows); });
         return;
     }
-    pool->parallel_for(w.rows, grain, [&](int begin, int end) { fn(w, x, ncols, y, begin, end); });
+    pool->parallel_for(w.rows, grain, [&](int begin, int end) {
+        with_hint(read_ahead_at(next, size_t(begin), size_t(w.rows)), pool->size(),
+                  [&] { fn(w, x, ncols, y, begin, end); });
+    });
 }
 
-void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
+void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead next) {
     const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
-    auto run = [&](const MatTask& t, int lo, int hi) {  // rows [lo, hi) of one product
-        (t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq)(t.w, t.x, t.ncols, t.y, lo, hi);
+    const int threads = pool == nullptr ? 1 : pool->size();
+    auto run = [&](const MatTask& t, int lo, int hi, const ReadAhead& after) {  // rows [lo, hi) of one product
+        with_hint(after, threads, [&] { (t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq)(t.w, t.x, t.ncols, t.y, lo, hi); });
     };
     if (pool == nullptr || pool->size() <= 1) {
         // One thread: fuse each wide product's rows with one-column products' rows (where the
@@ -96,8 +118,10 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
                     done[j] += k;
                 }
         }
+        // Each product's stream runs on into the next one's (the last into `next`).
         for (int i = 0; i < n; ++i)
-            if (done[i] < tasks[i].w.rows) run(tasks[i], done[i], tasks[i].w.rows);
+            if (done[i] < tasks[i].w.rows)
+                run(tasks[i], done[i], tasks[i].w.rows, i + 1 < n ? region_of(tasks[i + 1].w) : next);
         return;
     }
     // A grain that is a multiple of both kernels' grains, so every slice boundary inside a task
@@ -109,7 +133,11 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool) {
         for (int i = 0; i < n; ++i) {
             const int lo = std::max(begin, off[i]) - off[i];
             const int hi = std::min(end, off[i] + tasks[i].w.rows) - off[i];
-            if (lo < hi) run(tasks[i], lo, hi);
+            // A slice that goes on into task i + 1 reads its first rows next; one that ends
+            // here reads its part of `next` in the next dispatch.
+            const ReadAhead after = i + 1 < n && end > off[i + 1] ? region_of(tasks[i + 1].w)
+                                                                  : read_ahead_at(next, size_t(begin), size_t(off[n]));
+            if (lo < hi) run(tasks[i], lo, hi, after);
         }
     });
 }
@@ -124,6 +152,10 @@ namespace dq::simd {
 bool prefetch_far() {
     static const bool far = cpu_features().avx512f;
     return far;
+}
+CallHint& call_hint() {
+    thread_local CallHint hint;
+    return hint;
 }
 float* kernel_scratch(size_t n) {
     thread_local std::vector<float> buf;

@@ -62,11 +62,11 @@ DQ_ATTN_CLONES void attn_head(const ModelConfig& c, const LayerState& s, const f
     auto row = [&](int j) {
         return j < nc ? &s.compressed[size_t(j) * hd] : &s.window[size_t((lo + j - nc) % cap) * hd];
     };
-    // Scores, four keys per pass (dot_f32_cols: each bitwise dot_f32(qh, key)), so the four
+    // Scores, eight keys per pass (dot_f32_cols: each bitwise dot_f32(qh, key)), so the eight
     // lane chains overlap instead of one key's 16 dependent adds at a time.
-    for (int j0 = 0; j0 < n; j0 += 4) {
-        const int m = n - j0 < 4 ? n - j0 : 4;
-        const float* keys[4];
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        const int m = n - j0 < 8 ? n - j0 : 8;
+        const float* keys[8];
         for (int k = 0; k < m; ++k) keys[k] = row(j0 + k);
         dot_f32_cols(qh, keys, m, hd, scores + j0);
         for (int k = 0; k < m; ++k) scores[j0 + k] *= scale;

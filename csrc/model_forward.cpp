@@ -84,7 +84,14 @@ State make_state(const ModelConfig& c) {
 
 State Model::new_state() const { return make_state(cfg_); }
 
-void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc) const {
+ReadAhead Model::read_ahead_after(int l) const {
+    if (l + 1 >= cfg_.n_layers) return read_ahead_of(w_.lm_head);
+    const LayerWeights& L = w_.layers[size_t(l + 1)];
+    return read_ahead_of(L.hc_attn.w_dyn);
+}
+
+void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc,
+                        ReadAhead next) const {
     const ModelConfig& c = cfg_;
     const int d = c.d_model, hc = c.hc_mult, rows = c.hc_dyn_rows();
     ThreadPool* pool = pool_.get();
@@ -98,6 +105,7 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
     for (int j = 0; j < w; ++j) means[j] = sc.tok_tmp(j);
     par_items(pool, rows, [&](int r) {
         float out[kMaxStep];
+        prefetch_part(next, r, rows);
         dot_f32_cols(&p.w_dyn[size_t(r) * d], means, w, d, out);
         for (int j = 0; j < w; ++j) sc.tok_tmp(j)[d + r] = out[j];
     });
@@ -131,13 +139,13 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        hc_pre_step(L.hc_attn, L.attn_norm, w, sc);
+        hc_pre_step(L.hc_attn, L.attn_norm, w, sc, read_ahead_of(L.w_proj));
     }
     {
         OpTimer t(stats, kOpPerToken);
         par_quantize_rows(pool, sc.xn.data(), sc.xq.data(), w, d);
     }
-    mm(L.w_proj, sc.xq.data(), w, sc.proj.data());  // [w, q | kv | ckv | cscore]
+    mm(L.w_proj, sc.xq.data(), w, sc.proj.data(), read_ahead_of(L.w_o));  // [w, q | kv | ckv | cscore]
     {
         OpTimer t(stats, kOpPerToken);
         par_items(pool, w, [&](int j) {
@@ -186,7 +194,7 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
         OpTimer t(stats, kOpPerToken);
         par_quantize_rows(pool, sc.attn.data(), sc.attn_q.data(), w, qd);
     }
-    mm(L.w_o, sc.attn_q.data(), w, sc.o.data());
+    mm(L.w_o, sc.attn_q.data(), w, sc.o.data(), read_ahead_of(L.hc_ffn.w_dyn));
     OpTimer t(stats, kOpHC);
     hc_post_step(w, sc);
 }
@@ -199,7 +207,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        hc_pre_step(L.hc_ffn, L.ffn_norm, w, sc);
+        hc_pre_step(L.hc_ffn, L.ffn_norm, w, sc, read_ahead_of(L.router));
     }
     {
         OpTimer t(stats, kOpPerToken);
@@ -213,8 +221,10 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
         for (int j = 0; j < w; ++j) xs[j] = &sc.xn[size_t(j) * d];
         // Router logits: one expert row for all w tokens; split over threads even for one
         // token, as the HC dyn rows (the F32 rows come from DRAM each step).
+        const ReadAhead next = read_ahead_of(L.shared_w13);
         par_items(pool, E, [&](int e) {
             float out[kMaxStep];
+            prefetch_part(next, e, E);
             dot_f32_cols(&L.router[size_t(e) * d], xs, w, d, out);
             for (int j = 0; j < w; ++j) sc.tok_tmp(j)[e] = out[j];
         });
@@ -231,7 +241,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     }
     MoeScratch ms{sc.xg.data(), sc.gu.data(), sc.h.data(), sc.hq.data(), sc.y.data(),
                   sc.moe_up.data(), sc.moe_down.data(), sc.moe_col_of.data()};
-    moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats);
+    moe_step(c, L, mm, sc.xq.data(), w, sc.ids.data(), sc.wts.data(), sc.o.data(), ms, stats, read_ahead_after(l));
     OpTimer t(stats, kOpHC);
     hc_post_step(w, sc);
 }
@@ -271,7 +281,7 @@ void Model::forward(State& st, const int32_t* tokens, int w, const StepMode& mod
         });
         par_quantize_rows(pool_.get(), sc.xin.data(), sc.xq.data(), w, d);
     }
-    mm(w_.lm_head, sc.xq.data(), w, logits);
+    mm(w_.lm_head, sc.xq.data(), w, logits, read_ahead_after(-1));
     std::memcpy(st.hc_streams.data(), &sc.X[size_t(w - 1) * hc * d], sizeof(float) * hc * d);
     std::memcpy(st.last_logits.data(), logits + size_t(w - 1) * c.vocab, sizeof(float) * c.vocab);
     st.has_logits = true;

@@ -80,7 +80,12 @@ public:
 private:
     // HC pre-mix + sublayer input norm for w tokens: sc.X -> sc.xin (mixed), sc.xn (normed),
     // sc.post / sc.M (per-token mixing for hc_post).
-    void hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc) const;
+    // (next: the weights read after it, prefetched while its F32 rows are read.)
+    void hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc,
+                     ReadAhead next = {}) const;
+    // The weights read first after layer l's last product (the next layer's, or the LM head's after
+    // the last layer; l = -1: layer 0, which the next step starts with): a prefetch hint.
+    ReadAhead read_ahead_after(int l) const;
     // HC post-mix for w tokens: X[j] <- M_j X[j] + post_j * o[j].
     void hc_post_step(int w, Scratch& sc) const;
     void attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratch& sc, StepStats& stats) const;

@@ -56,22 +56,42 @@ private:
     int64_t t0_;
 };
 
+// A matrix or F32 rows as a read-ahead region (kernels.h ReadAhead).
+inline ReadAhead read_ahead_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
+inline ReadAhead read_ahead_of(const QMatrix& w) { return read_ahead_of(w.view()); }
+inline ReadAhead read_ahead_of(const F32Rows& r) { return {r.data(), r.size() * sizeof(float)}; }
+
+// How much of a read-ahead region per-token work prefetches for the product after it: the
+// streaming kernels' own prefetch distance (1024 Q8_0 blocks), so that product's prefetches
+// start where these end.
+constexpr size_t kReadAheadBytes = 1024 * sizeof(BlockQ8_0);
+
+// Part i of n of the first kReadAheadBytes of r, prefetched into L2: a loop of n latency-bound
+// steps (F32 rows read one by one) spreads the next product's stream start over its steps.
+inline void prefetch_part(const ReadAhead& r, int i, int n) {
+    if (r.p == nullptr || n <= 0) return;
+    const size_t total = r.bytes < kReadAheadBytes ? r.bytes : kReadAheadBytes;
+    const size_t b = total * size_t(i) / size_t(n) / 64 * 64, e = total * size_t(i + 1) / size_t(n);
+    for (size_t o = b; o < e; o += 64) __builtin_prefetch(static_cast<const char*>(r.p) + o, 0, 1);
+}
+
 struct Matmul {
     ThreadPool* pool;
     StepMode mode;
     StepStats* stats;
-    // Y (ncols, W.rows) = X (ncols, W.cols) @ W^T; X already quantized to Q8_0.
-    void operator()(const QMatrix& w, const BlockQ8_0* x, int ncols, float* y) const {
+    // Y (ncols, W.rows) = X (ncols, W.cols) @ W^T; X already quantized to Q8_0. next: the weights
+    // the step reads after this product (a prefetch hint, kernels.h ReadAhead).
+    void operator()(const QMatrix& w, const BlockQ8_0* x, int ncols, float* y, ReadAhead next = {}) const {
         OpTimer t(*stats, kOpMatmul);
-        mul_mat_q8_0(w.view(), x, ncols, y, issue(w.view(), ncols), pool);
+        mul_mat_q8_0(w.view(), x, ncols, y, issue(w.view(), ncols), pool, next);
     }
     // Several independent products in one dispatch (mul_mat_q8_0_batch); each task's kernel is
     // chosen from its own ncols exactly as a single call would, and counted as one call.
     // tasks[i].kernel is set here.
-    void batch(MatTask* tasks, int n) const {
+    void batch(MatTask* tasks, int n, ReadAhead next = {}) const {
         OpTimer t(*stats, kOpMatmul);
         for (int i = 0; i < n; ++i) tasks[i].kernel = issue(tasks[i].w, tasks[i].ncols);
-        mul_mat_q8_0_batch(tasks, n, pool);
+        mul_mat_q8_0_batch(tasks, n, pool, next);
     }
 
 private:

@@ -34,7 +34,7 @@ void route_from_logits(const ModelConfig& c, const LayerWeights& w, bool hash_la
 // the bits do not depend on the grouping; the combine keeps the fixed order (shared, then slots).
 void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, const BlockQ8_0* xq,
               int ntok, const int32_t* ids, const float* wts, float* out, const MoeScratch& s,
-              StepStats& stats) {
+              StepStats& stats, ReadAhead next) {
     const int d = c.d_model, K = c.top_k, f = c.d_ff;
     const size_t nb = size_t(d / QK8_0), fb = size_t(f / QK8_0);
     MatTask* up = s.up;
@@ -63,12 +63,12 @@ void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, con
             if (nc > 0) add(w.exp_w13[e], w.exp_w2[e], xg, nc);
         }
     }
-    mm.batch(up, ntask);
+    mm.batch(up, ntask, read_ahead_of(down[0].w));  // the down batch starts with up[0]'s expert
     {
         OpTimer timer(stats, kOpPerToken);
         par_swiglu_quantize(mm.pool, s.gu, s.h, s.hq, ncols, f, c.swiglu_limit);
     }
-    mm.batch(down, ntask);
+    mm.batch(down, ntask, next);
     OpTimer timer(stats, kOpPerToken);
     for (int t = 0; t < ntok; ++t) {
         float* o = out + size_t(t) * d;

@@ -33,8 +33,9 @@ struct MoeScratch {
 
 // xq: [w, d/32] quantized normed FFN input; ids/wts: [w, top_k]; out: [w, d].
 // out[t] = shared(x_t) + sum over slots k in order of wts[t,k] * expert_{ids[t,k]}(x_t).
+// next: the weights read after the step's last product (a prefetch hint, kernels.h ReadAhead).
 void moe_step(const ModelConfig& c, const LayerWeights& w, const Matmul& mm, const BlockQ8_0* xq,
               int ntok, const int32_t* ids, const float* wts, float* out, const MoeScratch& s,
-              StepStats& stats);
+              StepStats& stats, ReadAhead next = {});
 
 }  // namespace dq

@@ -41,7 +41,8 @@ namespace {
 // NC columns against one row a, NC fixed at compile time and the lanes written as vectors
 // (F32x8) so the accumulators stay in registers (with a run-time NC and plain arrays, GCC kept
 // them on the stack and multiplied lane by lane in scalar code). Per column exactly dot_f32's
-// lanes and tree.
+// lanes and tree; the NC chains are independent, so they overlap (one chain is one add latency
+// per 8 floats).
 template <int NC>
 DQ_OPS_CLONES void dot_f32_cols_n(const float* a, const float* const* b, int n, float* out) {
     F32x8 acc[NC];
@@ -74,13 +75,18 @@ DQ_OPS_CLONES void dot_f32_cols_n(const float* a, const float* const* b, int n, 
 }  // namespace
 
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out) {
-    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of up to 4.
-    for (int c0 = 0; c0 < ncols; c0 += 4) {
-        switch (ncols - c0 < 4 ? ncols - c0 : 4) {
+    // Shape: a [n], b[c] [n] for c < ncols, out [ncols]. Columns in groups of up to 8 (attention
+    // scores eight keys per pass: eight chains instead of four).
+    for (int c0 = 0; c0 < ncols; c0 += 8) {
+        switch (ncols - c0 < 8 ? ncols - c0 : 8) {
             case 1: dot_f32_cols_n<1>(a, b + c0, n, out + c0); break;
             case 2: dot_f32_cols_n<2>(a, b + c0, n, out + c0); break;
             case 3: dot_f32_cols_n<3>(a, b + c0, n, out + c0); break;
-            default: dot_f32_cols_n<4>(a, b + c0, n, out + c0); break;
+            case 4: dot_f32_cols_n<4>(a, b + c0, n, out + c0); break;
+            case 5: dot_f32_cols_n<5>(a, b + c0, n, out + c0); break;
+            case 6: dot_f32_cols_n<6>(a, b + c0, n, out + c0); break;
+            case 7: dot_f32_cols_n<7>(a, b + c0, n, out + c0); break;
+            default: dot_f32_cols_n<8>(a, b + c0, n, out + c0); break;
         }
     }
 }

@@ -18,6 +18,7 @@ float dot_f32(const float* a, const float* b, int n);
 // scores four keys per pass).
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out);
 
+
 // 8 fp32 lanes as a GCC vector: one ymm in an AVX2 clone, two xmm in the portable one; either
 // way each lane is its own IEEE mul and add, so every clone gives the same bits.
 typedef float F32x8 __attribute__((vector_size(32)));
@@ -52,36 +53,39 @@ __attribute__((always_inline)) inline void exp_f32x8(F32x8 x, F32x8& out) {
 }
 
 // dst[k] = (((0 + weight(0) row(0)[k]) + weight(1) row(1)[k]) + ... + weight(n-1) row(n-1)[k]) for
-// k < d: each term one mul then one add, rows in order (row(j) -> const float* [d]). 32 outputs
-// stay in registers across all rows instead of a load and a store per row. Inlined, so it runs
-// in the vector width of its (cloned) caller: the HC stream sums and attention's value sum.
+// k < d: each term one mul then one add, rows in order (row(j) -> const float* [d]). 64 outputs
+// (8 vectors: 8 independent add chains, enough to cover the add latency) stay in registers
+// across all rows instead of a load and a store per row, then 32, then one at a time. Inlined,
+// so it runs in the vector width of its (cloned) caller: the HC stream sums and attention's
+// value sum.
+template <int V, class Row, class Weight>
+__attribute__((always_inline)) inline void weighted_row_sum_pass(Row row, Weight weight, int n, int k0, float* dst) {
+    // Named-size array of vectors, fully unrolled: an array copied out with one memcpy was kept
+    // on the stack (zeroed by `rep stos` and stored back every 32 outputs), which cost the HC
+    // stream sums about as much as their arithmetic; per-vector memcpy keeps them in registers.
+    F32x8 acc[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[v] = F32x8{};
+    for (int j = 0; j < n; ++j) {
+        const float wj = weight(j);
+        const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
+        const float* rj = row(j) + k0;
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) {
+            F32x8 x;
+            std::memcpy(&x, rj + 8 * v, sizeof x);
+            acc[v] += wv * x;
+        }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) std::memcpy(dst + k0 + 8 * v, &acc[v], sizeof acc[v]);
+}
+
 template <class Row, class Weight>
 __attribute__((always_inline)) inline void weighted_row_sum(Row row, Weight weight, int n, int d, float* dst) {
     int k0 = 0;
-    for (; k0 + 32 <= d; k0 += 32) {
-        // Four named accumulators, not an array: an array copied out with one memcpy was kept
-        // on the stack (zeroed by `rep stos` and stored back every 32 outputs), which cost the
-        // HC stream sums about as much as their arithmetic.
-        F32x8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-        for (int j = 0; j < n; ++j) {
-            const float wj = weight(j);
-            const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
-            const float* rj = row(j) + k0;
-            F32x8 v0, v1, v2, v3;
-            std::memcpy(&v0, rj, sizeof v0);
-            std::memcpy(&v1, rj + 8, sizeof v1);
-            std::memcpy(&v2, rj + 16, sizeof v2);
-            std::memcpy(&v3, rj + 24, sizeof v3);
-            a0 += wv * v0;
-            a1 += wv * v1;
-            a2 += wv * v2;
-            a3 += wv * v3;
-        }
-        std::memcpy(dst + k0, &a0, sizeof a0);
-        std::memcpy(dst + k0 + 8, &a1, sizeof a1);
-        std::memcpy(dst + k0 + 16, &a2, sizeof a2);
-        std::memcpy(dst + k0 + 24, &a3, sizeof a3);
-    }
+    for (; k0 + 64 <= d; k0 += 64) weighted_row_sum_pass<8>(row, weight, n, k0, dst);
+    for (; k0 + 32 <= d; k0 += 32) weighted_row_sum_pass<4>(row, weight, n, k0, dst);
     for (int k = k0; k < d; ++k) {  // the same sequence, one output at a time
         float v = 0.0f;
         for (int j = 0; j < n; ++j) v += weight(j) * row(j)[k];

@@ -43,6 +43,33 @@ BlockQ8_0* kernel_scratch_blocks(size_t n);
 // Per-thread byte scratch of at least n bytes, 64-byte aligned.
 uint8_t* kernel_scratch_bytes(size_t n);
 
+// What the dispatcher tells the kernel call a thread is running (set around every call, reset
+// after; thread-local, owned by portable code like the scratch buffers). Hints only: no output
+// bit depends on them.
+struct CallHint {
+    ReadAhead next;   // the bytes this thread streams after its rows (kernels.h ReadAhead)
+    int threads = 1;  // threads sharing the dispatch
+};
+CallHint& call_hint();
+
+// Where a row group's prefetches go, as a byte offset from the bytes it reads: pf_bytes ahead
+// in its own rows while that stays before `end` (the end of this thread's rows), else the same
+// distance into the read-ahead region, as if it followed `end` directly. `group` and
+// `group_bytes` span the group's rows; the test is on the group's middle. Integer arithmetic,
+// since the two regions are separate allocations.
+inline intptr_t prefetch_offset(const void* group, size_t group_bytes, size_t pf_bytes, const void* end,
+                                const ReadAhead& next) {
+    const uintptr_t g = reinterpret_cast<uintptr_t>(group), e = reinterpret_cast<uintptr_t>(end);
+    if (next.p == nullptr || g + group_bytes / 2 + pf_bytes < e) return intptr_t(pf_bytes);
+    return intptr_t(pf_bytes) + (intptr_t(reinterpret_cast<uintptr_t>(next.p)) - intptr_t(e));
+}
+
+// A prefetch address `offset` bytes from p (prefetch_offset), without pointer arithmetic across
+// allocations.
+inline const char* offset_ptr(const void* p, intptr_t offset) {
+    return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(offset));
+}
+
 // Whether the AVX2 bodies prefetch W far ahead into L2 (true on CPUs with AVX-512) or near into
 // L1 (mmvq_impl.h); fixed for the process.
 bool prefetch_far();

@@ -180,14 +180,14 @@ inline void prepare_stream(const BlockQ8_0* x, int nc, int nb, uint8_t* xs, floa
 // interleaved with a second product's block by stream_pair_rows).
 template <int NC, int R>
 __attribute__((always_inline)) inline void stream_block(__m256 (&acc)[R * NC], const BlockQ8_0* const (&wrow)[R],
-                                                        int b, size_t pf, const uint8_t* xs, const float* xd8) {
+                                                        int b, intptr_t pfd, const uint8_t* xs, const float* xd8) {
     const __m256i bias = _mm256_set1_epi8(char(0x80));
     __m256i wu[R];
     __m256 wd[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
         const BlockQ8_0& wb = wrow[r][b];
-        _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T2);
+        _mm_prefetch(offset_ptr(&wb, pfd), _MM_HINT_T2);
         wu[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)), bias);
         wd[r] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d)));
     }
@@ -240,13 +240,13 @@ __attribute__((always_inline)) inline void stream_row_ptrs(const BlockQ8_0* W, i
 
 template <int NC, int R>
 inline void stream_rows(const BlockQ8_0* W, int nb, const uint8_t* xs, const float* xd8, float* y, int N, int n0,
-                        size_t pf) {
+                        intptr_t pfd) {
     __m256 acc[R * NC];
 #pragma GCC unroll 16
     for (int i = 0; i < R * NC; ++i) acc[i] = _mm256_setzero_ps();
     const BlockQ8_0* wrow[R];
     stream_row_ptrs<R>(W, nb, n0, wrow);
-    for (int b = 0; b < nb; ++b) stream_block<NC, R>(acc, wrow, b, pf, xs, xd8);
+    for (int b = 0; b < nb; ++b) stream_block<NC, R>(acc, wrow, b, pfd, xs, xd8);
     stream_store<NC, R>(acc, y, N, n0);
 }
 
@@ -260,7 +260,7 @@ inline void stream_rows(const BlockQ8_0* W, int nb, const uint8_t* xs, const flo
 template <int NC, int R>
 inline void stream_pair_rows(const BlockQ8_0* WA, const uint8_t* xsa, const float* xda, float* ya, int NA, int na,
                              const BlockQ8_0* WB, const uint8_t* xsb, const float* xdb, float* yb, int NB, int nbr,
-                             int nb, size_t pf) {
+                             int nb, intptr_t pfd) {
     __m256 acca[R * NC], accb[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R * NC; ++i) acca[i] = _mm256_setzero_ps();
@@ -271,21 +271,33 @@ inline void stream_pair_rows(const BlockQ8_0* WA, const uint8_t* xsa, const floa
     stream_row_ptrs<R>(WA, nb, na, wa);
     stream_row_ptrs<R>(WB, nb, nbr, wb);
     for (int b = 0; b < nb; ++b) {
-        stream_block<NC, R>(acca, wa, b, pf, xsa, xda);
-        stream_block<1, R>(accb, wb, b, pf, xsb, xdb);
+        stream_block<NC, R>(acca, wa, b, pfd, xsa, xda);
+        stream_block<1, R>(accb, wb, b, pfd, xsb, xdb);
     }
     stream_store<NC, R>(acca, ya, NA, na);
     stream_store<1, R>(accb, yb, NB, nbr);
 }
 
+// Rows [row_begin, row_end), R at a time, prefetching pf_min blocks (or R rows) ahead; the last
+// groups' prefetches run on into the thread's read-ahead region (kernel_table.h call_hint), so
+// the stream does not restart cold at the next product.
 template <int NC, int R>
 void stream_range(const QMatrixView& w, const uint8_t* xs, const float* xd8, float* y, int row_begin,
                   int row_end, int pf_min) {
     const int nb = w.cols / QK8_0;
-    const size_t pf = std::max(size_t(R) * nb, size_t(pf_min));
+    const size_t pf = std::max(size_t(R) * nb, size_t(pf_min)) * sizeof(BlockQ8_0);
+    const size_t group = size_t(R) * nb * sizeof(BlockQ8_0);
+    const BlockQ8_0* end = w.blocks + size_t(row_end) * nb;
+    const ReadAhead next = call_hint().next;
     int n = row_begin;
-    for (; n + R <= row_end; n += R) stream_rows<NC, R>(w.blocks, nb, xs, xd8, y, w.rows, n, pf);
-    for (; n < row_end; ++n) stream_rows<NC, 1>(w.blocks, nb, xs, xd8, y, w.rows, n, pf);
+    for (; n + R <= row_end; n += R) {
+        const BlockQ8_0* g = w.blocks + size_t(n) * nb;
+        stream_rows<NC, R>(w.blocks, nb, xs, xd8, y, w.rows, n, prefetch_offset(g, group, pf, end, next));
+    }
+    for (; n < row_end; ++n) {
+        const BlockQ8_0* g = w.blocks + size_t(n) * nb;
+        stream_rows<NC, 1>(w.blocks, nb, xs, xd8, y, w.rows, n, prefetch_offset(g, group / R, pf, end, next));
+    }
 }
 
 // Bytes of one prepared group of nc columns (slots, then xd8; a multiple of 64).
@@ -315,7 +327,7 @@ int stream_pair_nc(const MatTask& a, int a0, int a1, const MatTask& b, int b0, i
     float* xdb = reinterpret_cast<float*>(xsb + size_t(nb) * kStreamSlot);
     prepare_stream(a.x, NC, nb, xsa, xda);
     prepare_stream(b.x, 1, nb, xsb, xdb);
-    const size_t pf = std::max(size_t(kStreamRows) * nb, size_t(kStreamPrefetchBlocks));
+    const intptr_t pf = intptr_t(std::max(size_t(kStreamRows) * nb, size_t(kStreamPrefetchBlocks)) * sizeof(BlockQ8_0));
     for (int i = 0; i < n; i += kStreamRows)
         stream_pair_rows<NC, kStreamRows>(a.w.blocks, xsa, xda, a.y, a.w.rows, a0 + i, b.w.blocks, xsb, xdb, b.y,
                                           b.w.rows, b0 + i, nb, pf);

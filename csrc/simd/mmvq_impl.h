@@ -51,7 +51,7 @@ enum class Activations {
 // interleaved with a second product's block by mmvq_pair_row.
 template <class ISum, int NC, int R, Activations kAct>
 __attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], const BlockQ8_0* const (&wrow)[R],
-                                                      int b, size_t pf, bool far, const void* x, const float* xd,
+                                                      int b, intptr_t pfd, bool far, const void* x, const float* xd,
                                                       int nb) {
     typename ISum::Prep prep[R];
     __m256 wd[R];  // kBlocks: fp32(wd) in every lane; kPacked: s8 = wd * xd[b * 8 + lane]
@@ -60,9 +60,9 @@ __attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], con
         const BlockQ8_0& wb = wrow[r][b];
         // W streams from DRAM once; run ahead of the R interleaved row streams.
         if (far)
-            _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T2);
+            _mm_prefetch(offset_ptr(&wb, pfd), _MM_HINT_T2);
         else
-            _mm_prefetch(reinterpret_cast<const char*>(&wb + pf), _MM_HINT_T0);
+            _mm_prefetch(offset_ptr(&wb, pfd), _MM_HINT_T0);
         prep[r] = ISum::prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
         if constexpr (kAct == Activations::kPacked)
             wd[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d))),
@@ -95,7 +95,7 @@ __attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], con
 
 template <class ISum, int NC, int R, bool kCanonicalTree = true, Activations kAct = Activations::kBlocks>
 inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd, float* y,
-                      int N, int n0) {
+                      int N, int n0, intptr_t pfd, bool far) {
     static_assert(kAct != Activations::kPacked || NC <= 4, "lane scales hold at most 4 columns");
     // Fully unrolled (pragmas) so GCC keeps the accumulators in registers instead of
     // mirroring the array to the stack on every block.
@@ -105,12 +105,7 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd
     const BlockQ8_0* wrow[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
-    // Prefetch the same block of the next row group (at least kMmvqPrefetchBlocks ahead): a
-    // thread's rows are one contiguous stream, so this runs ahead across row-group boundaries,
-    // where a fixed in-row distance stalls at the start of every group of short rows.
-    const bool far = prefetch_far();
-    const size_t pf = prefetch_distance(size_t(R) * nb, far);
-    for (int b = 0; b < nb; ++b) mmvq_block<ISum, NC, R, kAct>(acc, wrow, b, pf, far, x, xd, nb);
+    for (int b = 0; b < nb; ++b) mmvq_block<ISum, NC, R, kAct>(acc, wrow, b, pfd, far, x, xd, nb);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
@@ -155,17 +150,28 @@ inline const BlockQ8_0* prepare_group(const BlockQ8_0* x, int nc, int nb, float*
     return xt;
 }
 
-// Rows [row_begin, row_end) for one prepared group of NC columns, R rows per step.
+// Rows [row_begin, row_end) for one prepared group of NC columns, R rows per step. Each row group
+// prefetches the same block of a later group (at least kMmvqPrefetchBlocks ahead): a thread's
+// rows are one contiguous stream, so this runs ahead across row-group boundaries, where a fixed
+// in-row distance stalls at the start of every group of short rows. Past the thread's last row
+// the prefetches run on into `next` (kernel_table.h prefetch_offset): the narrow MMVQ passes the
+// thread's read-ahead region, MMQ (W L2-resident, rows revisited) nothing.
 template <class ISum, int NC, bool kCanonicalTree, int R = mmvq_rows_per_step<NC>(),
           Activations kAct = Activations::kBlocks>
 void mmvq_row_range(const QMatrixView& w, const void* x, const float* xd, float* y, int row_begin,
-                    int row_end) {
+                    int row_end, const ReadAhead& next = {}) {
     const int nb = w.cols / QK8_0;
+    const bool far = prefetch_far();
+    const size_t pf = prefetch_distance(size_t(R) * nb, far) * sizeof(BlockQ8_0);
+    const size_t row = size_t(nb) * sizeof(BlockQ8_0);
+    const BlockQ8_0* end = w.blocks + size_t(row_end) * nb;
     int n = row_begin;
     for (; n + R <= row_end; n += R)
-        mmvq_rows<ISum, NC, R, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n);
+        mmvq_rows<ISum, NC, R, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n,
+                                                     prefetch_offset(w.blocks + size_t(n) * nb, R * row, pf, end, next), far);
     for (; n < row_end; ++n)
-        mmvq_rows<ISum, NC, 1, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n);
+        mmvq_rows<ISum, NC, 1, kCanonicalTree, kAct>(w.blocks, nb, x, xd, y, w.rows, n,
+                                                     prefetch_offset(w.blocks + size_t(n) * nb, row, pf, end, next), far);
 }
 
 // Q8_0 blocks [c][b] of NC columns -> the packed dot policy's layout at [b][c]
@@ -241,17 +247,28 @@ void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, 
     BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
     const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
     constexpr int kStreamR = mmvq_stream_rows_per_step<ISum, NC>();
+    const ReadAhead next = call_hint().next;
     if constexpr (kPackedActivations<ISum, NC>) {
         if (takes_packed<ISum>(NC, nb)) {
             using Packed = typename ISum::Packed;
             return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(
-                w, pack_group<Packed, NC>(xp, nb, xd), xd, y, row_begin, row_end);
+                w, pack_group<Packed, NC>(xp, nb, xd), xd, y, row_begin, row_end, next);
         }
     }
+    // One column, short rows, far prefetch (the AVX2 path forced on an AVX-512 CPU), one thread:
+    // two rows per step. One row is one FMA chain (4 cycles a block: ~22 GB/s at 2.6 GHz, below
+    // the DRAM probe); two chains lift it. On the 2-vCPU Zen 4, ds4-mini q1 prefill at 1 thread,
+    // same process alternated (32-token prompts): 1.074x tok/s paired median (42 of 50 rounds
+    // faster); 128 tokens 1.067x. Not at 2 threads: 0.964x (11 of 40), the two threads' four
+    // streams read worse than two.
+    if constexpr (NC == 1 && ISum::kSingleStream) {
+        if (nb <= kSingleStreamMaxBlocks && prefetch_far() && call_hint().threads == 1)
+            return mmvq_row_range<ISum, 1, true, 2>(w, xp, xd, y, row_begin, row_end, next);
+    }
     if (nb <= kSingleStreamMaxBlocks)
-        mmvq_row_range<ISum, NC, true, kStreamR>(w, xp, xd, y, row_begin, row_end);
+        mmvq_row_range<ISum, NC, true, kStreamR>(w, xp, xd, y, row_begin, row_end, next);
     else
-        mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end);
+        mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end, next);
 }
 
 // A wide product's row (2..4 packed columns: compute-bound on AVX2) and a one-column product's
@@ -270,7 +287,7 @@ inline void mmvq_pair_row(const BlockQ8_0* wa_row, const void* xa, const float* 
     const BlockQ8_0* const wa[1] = {wa_row};
     const BlockQ8_0* const wb[1] = {wb_row};
     const bool far = prefetch_far();
-    const size_t pf = prefetch_distance(size_t(nb), far);
+    const intptr_t pf = intptr_t(prefetch_distance(size_t(nb), far) * sizeof(BlockQ8_0));
     for (int b = 0; b < nb; ++b) {
         mmvq_block<Packed, NC, 1, Activations::kPacked>(acca, wa, b, pf, far, xa, xda, nb);
         mmvq_block<ISum, 1, 1, Activations::kBlocks>(accb, wb, b, pf, far, xb, xdb, nb);
