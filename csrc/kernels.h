@@ -7,11 +7,10 @@
 // Canonical per-output reduction order (exactness rule 2, DESIGN.md) -- every "exact" path
 // (scalar reference, AVX2, AVX-512, narrow MMVQ at any ncols) produces these exact bits:
 //   for each block b in K order:
-//     isum[h] = sum_{i=0..15} w.qs[16h+i] * x.qs[16h+i]   for halves h = 0, 1 (exact int32,
-//                                                           any summation tree)
+//     isum[j] = sum_{i=0..3} w.qs[4j+i] * x.qs[4j+i]      for lanes j = 0..7 (exact int32)
 //     s       = fp16(w.d) * fp16(x.d)                       (one fp32 multiply)
-//     acc[h]  = fmaf(s, (float)isum[h], acc[h])             (fused, halves independent)
-//   y = acc0 + acc1
+//     acc[j]  = fmaf(s, (float)isum[j], acc[j])             (fused, lanes independent)
+//   y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))   (fixed horizontal sum)
 // MMQ uses a different order on purpose and is NOT bitwise equal to the above.
 #pragma once
 #include <cstddef>

@@ -9,21 +9,23 @@
 
 namespace dq {
 
-// w, x: nblocks Q8_0 blocks each (one row of W, one row of X). Canonical order ("half-block"):
-// per block, two exact int32 sums of 16 products (quants 0..15 and 16..31),
-// s = fp16(w.d) * fp16(x.d), lo = fmaf(s, lo_sum, lo), hi = fmaf(s, hi_sum, hi); then lo + hi.
-// Integer sums are exact in any order, so a SIMD kernel may form the half sums with any
-// reduction tree and batch 4 outputs' half sums into one vector (one convert, one fma).
+// w, x: nblocks Q8_0 blocks each (one row of W, one row of X). Canonical order:
+// per block, 8 exact int32 lane sums of 4 products, s = fp16(w.d) * fp16(x.d),
+// acc[j] = fmaf(s, isum[j], acc[j]); then the fixed tree
+// ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)).
 float vec_dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* x, int nblocks) {
-    float lo = 0.0f, hi = 0.0f;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int b = 0; b < nblocks; ++b) {
         const float s = fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d);
-        int32_t isum[2] = {0, 0};
-        for (int i = 0; i < QK8_0; ++i) isum[i / 16] += int32_t(w[b].qs[i]) * int32_t(x[b].qs[i]);
-        lo = std::fmaf(s, float(isum[0]), lo);
-        hi = std::fmaf(s, float(isum[1]), hi);
+        for (int j = 0; j < 8; ++j) {
+            int32_t isum = 0;
+            for (int i = 0; i < 4; ++i) {
+                isum += int32_t(w[b].qs[4 * j + i]) * int32_t(x[b].qs[4 * j + i]);
+            }
+            acc[j] = std::fmaf(s, float(isum), acc[j]);
+        }
     }
-    return lo + hi;
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
 namespace {

@@ -4,10 +4,8 @@
 // W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
 // R rows are processed together (independent FMA chains for ILP); each weight block is
 // loaded once and applied to all NC columns. Column c of row n accumulates exactly like
-// vec_dot_q8_0_q8_0_ref: per block 8 exact int32 lane sums folded into the two half sums
-// (half_sums: lanes 0..3 and 4..7 each hold one), s = wd * xd (one fp32 multiply),
-// acc = fma(s, halves, acc), acc0 + acc4 at the end. MMQ (kCanonicalTree false) keeps the
-// 8 lanes and its own tree.
+// vec_dot_q8_0_q8_0_ref: per block 8 exact int32 lane sums, s = wd * xd (one fp32 multiply),
+// acc = fma(s, isum, acc), canonical horizontal sum at the end.
 //
 // Dot policy (ISum): `Prep prep(__m256i wq)` once per weight block (shared by all columns),
 // `__m256i isum(const Prep&, __m256i xq)` per column, and `transform_x(qs)` applied once per
@@ -44,19 +42,14 @@ enum class Activations {
     // NC <= 4, for a packed dot policy (ISumAvx2Words): each (block, column) packed by ISum::pack
     // into ISum::kPackedVectors aligned 32-byte vectors at [b][c] (pack_activations); xd[b * 8 + l]
     // holds column l % 4 times ISum::kScale in both 128-bit halves (lane_scales). Per block
-    // s8 = wd * xd (one vmulps for all columns), applied by one fma to the row's half_sums4
-    // vector (lanes c and c + 4: column c).
+    // s8 = wd * xd (one vmulps for all columns); per column s = vpermilps(s8, c), an in-lane
+    // shuffle.
     kPacked,
 };
 
-// Canonical one-column tiles of R >= 2 rows keep one accumulator per group of 4 rows
-// (acc[g], lanes k and k + 4: row 4g + k) instead of one per row.
-template <int NC, int R, bool kHalves, Activations kAct>
-constexpr bool kRowGrouped = kHalves && kAct == Activations::kBlocks && NC == 1 && R >= 2;
-
 // Block b of R rows x NC columns into acc: the body of mmvq_rows' block loop, also run
 // interleaved with a second product's block by mmvq_pair_row.
-template <class ISum, int NC, int R, Activations kAct, bool kHalves = true>
+template <class ISum, int NC, int R, Activations kAct>
 __attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], const BlockQ8_0* const (&wrow)[R],
                                                       int b, intptr_t pfd, bool far, const void* x, const float* xd,
                                                       int nb) {
@@ -77,101 +70,25 @@ __attribute__((always_inline)) inline void mmvq_block(__m256 (&acc)[R * NC], con
         else
             wd[r] = _mm256_set1_ps(_cvtsh_ss(wb.d));
     }
-    if constexpr (kAct == Activations::kPacked) {
-        // The row's NC outputs' half sums in one vector (half_sums4; zero past NC, whose lane
-        // scales are zero), one convert and one fma with s8 into acc[r * NC] (lanes c, c + 4).
-        static_assert(kHalves, "the packed path is canonical only");
-        __m256i v[R][4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-            if (c >= NC) {
 #pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) v[r][c] = _mm256_setzero_si256();
-                continue;
-            }
+    for (int c = 0; c < NC; ++c) {
+        if constexpr (kAct == Activations::kPacked) {
             const __m256i* xp = static_cast<const __m256i*>(x) + (size_t(b) * NC + c) * ISum::kPackedVectors;
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) v[r][c] = ISum::isum(prep[r], xp);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const __m256 h = _mm256_cvtepi32_ps(half_sums4(v[r][0], v[r][1], v[r][2], v[r][3]));
-            acc[r * NC] = _mm256_fmadd_ps(wd[r], h, acc[r * NC]);
-        }
-    } else if constexpr (kRowGrouped<NC, R, kHalves, kAct>) {
-        // One column, R >= 2 rows: groups of 4 rows' half sums in one vector (zero rows past R),
-        // one convert and one fma with the rows' scales (lanes k and k + 4: row 4g + k).
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(x)[b].qs));
-        const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8);
-        if constexpr (R == 2) {
-            // Two rows: [a02, b02, a13, b13 | ..], then + its 64-bit swap: lanes 0, 2 (4, 6) row
-            // 0's half sums, lanes 1, 3 (5, 7) row 1's (3 shuffles instead of half_sums4's 4).
-            const __m256i a = ISum::isum(prep[0], xq), c = ISum::isum(prep[1], xq);
-            const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, c), _mm256_unpackhi_epi32(a, c));
-            const __m256 h = _mm256_cvtepi32_ps(_mm256_add_epi32(ab, _mm256_shuffle_epi32(ab, 0x4E)));
-            acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_blend_ps(wd[0], wd[1], 0xAA), xdc), h, acc[0]);
-            return;
-        }
-#pragma GCC unroll 2
-        for (int g = 0; g < (R + 3) / 4; ++g) {
-            __m256i v[4];
-            __m256 w4 = _mm256_setzero_ps();
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) {
-                const int r = 4 * g + k < R ? 4 * g + k : 0;
-                v[k] = 4 * g + k < R ? ISum::isum(prep[r], xq) : _mm256_setzero_si256();
+            for (int r = 0; r < R; ++r) {
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xp));
+                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_permute_ps(wd[r], c * 0x55), isum, acc[r * NC + c]);
             }
-            if (4 * g + 0 < R) w4 = _mm256_blend_ps(w4, wd[4 * g + 0 < R ? 4 * g + 0 : 0], 0x11);
-            if (4 * g + 1 < R) w4 = _mm256_blend_ps(w4, wd[4 * g + 1 < R ? 4 * g + 1 : 0], 0x22);
-            if (4 * g + 2 < R) w4 = _mm256_blend_ps(w4, wd[4 * g + 2 < R ? 4 * g + 2 : 0], 0x44);
-            if (4 * g + 3 < R) w4 = _mm256_blend_ps(w4, wd[4 * g + 3 < R ? 4 * g + 3 : 0], 0x88);
-            const __m256 h = _mm256_cvtepi32_ps(half_sums4(v[0], v[1], v[2], v[3]));
-            acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(w4, xdc), h, acc[g]);
-        }
-    } else {
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
+        } else {
             const __m256i xq = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(x)[size_t(c) * nb + b].qs));
             const __m256 xdc = _mm256_broadcast_ss(xd + size_t(b) * 8 + c);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
-                const __m256i li = ISum::isum(prep[r], xq);
-                const __m256 isum = _mm256_cvtepi32_ps(kHalves ? half_sums(li) : li);
+                const __m256 isum = _mm256_cvtepi32_ps(ISum::isum(prep[r], xq));
                 // s = wd * xd: the same single fp32 rounding as the scalar reference.
                 acc[r * NC + c] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r * NC + c]);
             }
-        }
-    }
-}
-
-// A tile's final sums into Y: per accumulator (kBlocks), or lane c plus lane c + 4 of each
-// row's accumulator acc[r * NC] (kPacked).
-template <int NC, int R, bool kCanonicalTree, Activations kAct>
-__attribute__((always_inline)) inline void store_tile(const __m256 (&acc)[R * NC], float* y, int N, int n0) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-        if constexpr (kRowGrouped<NC, R, kCanonicalTree, kAct>) {
-            if (R == 2 && r == 0) {  // lanes 0 and 1 (+ 4, 5): rows 0 and 1
-                alignas(16) float t[4];
-                _mm_store_ps(t, hsum_halves4(acc[0]));
-                y[n0] = t[0];
-                y[n0 + 1] = t[1];
-            } else if (R != 2 && r % 4 == 0) {
-                alignas(16) float t[4];
-                _mm_store_ps(t, hsum_halves4(acc[r / 4]));
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; ++k)
-                    if (r + k < R) y[n0 + r + k] = t[k];
-            }
-        } else if constexpr (kAct == Activations::kPacked) {
-            alignas(16) float t[4];
-            _mm_store_ps(t, hsum_halves4(acc[r * NC]));
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = t[c];
-        } else {
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_tree<kCanonicalTree>(acc[r * NC + c]);
         }
     }
 }
@@ -188,8 +105,11 @@ inline void mmvq_rows(const BlockQ8_0* W, int nb, const void* x, const float* xd
     const BlockQ8_0* wrow[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
-    for (int b = 0; b < nb; ++b) mmvq_block<ISum, NC, R, kAct, kCanonicalTree>(acc, wrow, b, pfd, far, x, xd, nb);
-    store_tile<NC, R, kCanonicalTree, kAct>(acc, y, N, n0);
+    for (int b = 0; b < nb; ++b) mmvq_block<ISum, NC, R, kAct>(acc, wrow, b, pfd, far, x, xd, nb);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_tree<kCanonicalTree>(acc[r * NC + c]);
 }
 
 // Rows per step: enough independent accumulators to hide FMA latency, few enough to stay in
@@ -264,7 +184,7 @@ inline void pack_activations(const BlockQ8_0* x, int nb, __m256i* packed) {
 }
 
 // xd [b * 8 + c] (zeros past NC <= 4) -> times scale (a power of two: exact), then lanes 4..7
-// repeat lanes 0..3: s8 = wd * xd scales half_sums4's lanes c and c + 4 (Activations::kPacked).
+// repeat lanes 0..3, so an in-lane vpermilps selects column c in both halves (Activations::kPacked).
 inline void lane_scales(float* xd, int nb, float scale) {
     for (int b = 0; b < nb; ++b) {
         for (int l = 0; l < 4; ++l) xd[size_t(b) * 8 + l] *= scale;
@@ -372,8 +292,9 @@ inline void mmvq_pair_row(const BlockQ8_0* wa_row, const void* xa, const float* 
         mmvq_block<Packed, NC, 1, Activations::kPacked>(acca, wa, b, pf, far, xa, xda, nb);
         mmvq_block<ISum, 1, 1, Activations::kBlocks>(accb, wb, b, pf, far, xb, xdb, nb);
     }
-    store_tile<NC, 1, true, Activations::kPacked>(acca, ya, NA, na);
-    store_tile<1, 1, true, Activations::kBlocks>(accb, yb, NB, nbr);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) ya[size_t(c) * NA + na] = hsum_tree<true>(acca[c]);
+    yb[nbr] = hsum_tree<true>(accb[0]);
 }
 
 // Rows a0 + i of a (2..4 columns) and b0 + i of b (1 column), i < min(a1 - a0, b1 - b0), fused

@@ -10,29 +10,13 @@
 namespace dq::simd {
 namespace {
 
-// Canonical half sums (kernels.h) of one output's 8 int32 lane sums: lanes 0..3 all hold
-// a0+a1+a2+a3 (quants 0..15), lanes 4..7 all a4+..+a7 (quants 16..31). Exact int32.
-inline __m256i half_sums(__m256i a) {
-    const __m256i t = _mm256_add_epi32(a, _mm256_shuffle_epi32(a, 0x4E));  // [a0+a2, a1+a3, ..]
-    return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));
-}
-
-// Half sums of four outputs' lane sums in one vector (an in-lane 4x4 transpose with adds):
-// [a_lo, b_lo, c_lo, d_lo | a_hi, b_hi, c_hi, d_hi]. Exact int32 (6 shuffles, 3 adds).
-inline __m256i half_sums4(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-}
-
-// The canonical final sum of an accumulator fed by half_sums: acc0 (low half) + acc4 (high).
-inline float hsum_halves(__m256 a) {
-    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
-}
-
-// Four outputs' canonical final sums from an accumulator fed by half_sums4: lane k + lane k + 4.
-inline __m128 hsum_halves4(__m256 a) {
-    return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+// Canonical horizontal sum (kernels.h): ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)).
+inline float hsum_canonical(__m256 a) {
+    const __m128 lo = _mm256_castps256_ps128(a);
+    const __m128 hi = _mm256_extractf128_ps(a, 1);
+    const __m128 t = _mm_add_ps(lo, hi);                      // [a0+a4, a1+a5, a2+a6, a3+a7]
+    const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));      // [t0+t2, t1+t3, ., .]
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));  // u0 + u1
 }
 
 // The other tree, used by MMQ on purpose (non-canonical):
@@ -45,10 +29,9 @@ inline float hsum_adjacent(__m256 a) {
     return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 }
 
-// The final sum of a row body's accumulator: canonical (fed by half_sums) or MMQ's tree.
 template <bool kCanonical>
 inline float hsum_tree(__m256 a) {
-    return kCanonical ? hsum_halves(a) : hsum_adjacent(a);
+    return kCanonical ? hsum_canonical(a) : hsum_adjacent(a);
 }
 
 // AVX2 packed dot policy on int16 words scaled by 256: the lane sums of ISumAvx2 times 2^8,
@@ -58,11 +41,10 @@ inline float hsum_tree(__m256 a) {
 // once per call to sign-extended words: even bytes (x[2m]) and odd bytes (x[2m+1]). Lane j
 // (words 2j, 2j+1) of
 // madd(even_w, even_x) + madd(odd_w, odd_x) = 256 * sum_{i<4} w[4j+i] * x[4j+i], exact in int32
-// (|.| <= 256 * 4 * 127 * 127 < 2^24); their half sums (half_sums) are 256 * h with
-// |h| <= 16 * 127 * 127 < 2^18, exact in int32 and as fp32 (h * 2^8). The caller scales xd by
-// 2^-8 (lane_scales): fl(wd * (xd / 256)) = fl(wd * xd) / 256 exactly (no fp16 product comes
-// near the fp32 subnormals), so fma(s / 256, 256 * h, acc) rounds the same real value as
-// fma(s, h, acc): the canonical bits.
+// (|.| <= 256 * 4 * 127 * 127 < 2^24, so also exact as fp32). The caller scales xd by 2^-8
+// (lane_scales): fl(wd * (xd / 256)) = fl(wd * xd) / 256 exactly (no fp16 product comes near
+// the fp32 subnormals), so fma(s / 256, 256 * isum, acc) rounds the same real value as
+// fma(s, isum, acc): the canonical bits.
 struct ISumAvx2Words {
     static constexpr int kPackedVectors = 2;  // 32-byte vectors per packed (block, column)
     static constexpr float kScale = 1.0f / 256.0f;
