@@ -41,6 +41,8 @@ struct ReadAhead {
     const void* p = nullptr;
     size_t bytes = 0;
 };
+// A whole matrix as a read-ahead region (model_matmul.h adds QMatrix and F32Rows).
+inline ReadAhead read_ahead_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
 
 // Y[c, n] = dot(W[n, :], X[c, :]). Threads split output rows only, never K.
 // kMMVQ requires 1 <= ncols <= 8. Returns nothing; inputs are validated by callers.

@@ -61,8 +61,6 @@ void with_hint(const ReadAhead& next, int threads, Fn&& fn) {
     simd::call_hint() = {};
 }
 
-ReadAhead region_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
-
 }  // namespace
 
 const char* simd_path() { return active().load(std::memory_order_relaxed)->name; }
@@ -121,7 +119,7 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead
         // Each product's stream runs on into the next one's (the last into `next`).
         for (int i = 0; i < n; ++i)
             if (done[i] < tasks[i].w.rows)
-                run(tasks[i], done[i], tasks[i].w.rows, i + 1 < n ? region_of(tasks[i + 1].w) : next);
+                run(tasks[i], done[i], tasks[i].w.rows, i + 1 < n ? read_ahead_of(tasks[i + 1].w) : next);
         return;
     }
     // A grain that is a multiple of both kernels' grains, so every slice boundary inside a task
@@ -135,7 +133,7 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead
             const int hi = std::min(end, off[i] + tasks[i].w.rows) - off[i];
             // A slice that goes on into task i + 1 reads its first rows next; one that ends
             // here reads its part of `next` in the next dispatch.
-            const ReadAhead after = i + 1 < n && end > off[i + 1] ? region_of(tasks[i + 1].w)
+            const ReadAhead after = i + 1 < n && end > off[i + 1] ? read_ahead_of(tasks[i + 1].w)
                                                                   : read_ahead_at(next, size_t(begin), size_t(off[n]));
             if (lo < hi) run(tasks[i], lo, hi, after);
         }

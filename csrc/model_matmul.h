@@ -56,8 +56,7 @@ private:
     int64_t t0_;
 };
 
-// A matrix or F32 rows as a read-ahead region (kernels.h ReadAhead).
-inline ReadAhead read_ahead_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
+// A matrix or F32 rows as a read-ahead region (kernels.h ReadAhead, read_ahead_of(QMatrixView)).
 inline ReadAhead read_ahead_of(const QMatrix& w) { return read_ahead_of(w.view()); }
 inline ReadAhead read_ahead_of(const F32Rows& r) { return {r.data(), r.size() * sizeof(float)}; }
 

@@ -15,9 +15,8 @@ float dot_f32(const float* a, const float* b, int n);
 // dot_f32 of one row a [n] with each of ncols vectors b[c] [n] (any ncols): out[c] is
 // bitwise dot_f32(a, b[c], n) (same lanes, same tree per column); a is read once for all columns,
 // so a band streams an F32 projection row once instead of once per token (and attention
-// scores four keys per pass).
+// scores eight keys per pass).
 void dot_f32_cols(const float* a, const float* const* b, int ncols, int n, float* out);
-
 
 // 8 fp32 lanes as a GCC vector: one ymm in an AVX2 clone, two xmm in the portable one; either
 // way each lane is its own IEEE mul and add, so every clone gives the same bits.
@@ -52,6 +51,14 @@ __attribute__((always_inline)) inline void exp_f32x8(F32x8 x, F32x8& out) {
     out = under ? zero : er * scale;
 }
 
+// GCC's unroll pragma; empty for nvcc's front end, which reads this header through the GPU
+// forward's includes and does not know it (warning 1675).
+#if defined(__CUDACC__)
+#define DQ_GCC_UNROLL8
+#else
+#define DQ_GCC_UNROLL8 _Pragma("GCC unroll 8")
+#endif
+
 // dst[k] = (((0 + weight(0) row(0)[k]) + weight(1) row(1)[k]) + ... + weight(n-1) row(n-1)[k]) for
 // k < d: each term one mul then one add, rows in order (row(j) -> const float* [d]). 64 outputs
 // (8 vectors: 8 independent add chains, enough to cover the add latency) stay in registers
@@ -64,20 +71,20 @@ __attribute__((always_inline)) inline void weighted_row_sum_pass(Row row, Weight
     // on the stack (zeroed by `rep stos` and stored back every 32 outputs), which cost the HC
     // stream sums about as much as their arithmetic; per-vector memcpy keeps them in registers.
     F32x8 acc[V];
-#pragma GCC unroll 8
+DQ_GCC_UNROLL8
     for (int v = 0; v < V; ++v) acc[v] = F32x8{};
     for (int j = 0; j < n; ++j) {
         const float wj = weight(j);
         const F32x8 wv = {wj, wj, wj, wj, wj, wj, wj, wj};
         const float* rj = row(j) + k0;
-#pragma GCC unroll 8
+DQ_GCC_UNROLL8
         for (int v = 0; v < V; ++v) {
             F32x8 x;
             std::memcpy(&x, rj + 8 * v, sizeof x);
             acc[v] += wv * x;
         }
     }
-#pragma GCC unroll 8
+DQ_GCC_UNROLL8
     for (int v = 0; v < V; ++v) std::memcpy(dst + k0 + 8 * v, &acc[v], sizeof acc[v]);
 }
 
