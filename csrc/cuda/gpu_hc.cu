@@ -12,10 +12,12 @@
 #include "gpu_reduce.cuh"
 #include "launch.cuh"
 #include "model_config.h"
+#include "q8_kernels.cuh"
 
 namespace dq { namespace gpu {
 
 using cuda::launch_kernel_cluster;
+using cuda::check_launch;
 using cuda::pdl_begin;
 namespace cg = cooperative_groups;
 
@@ -24,9 +26,10 @@ namespace {
 constexpr int kHcThreads = 512;  // threads per block at most (one channel each at d / C = 512)
 constexpr int kMaxWarps = kHcThreads / 32;
 constexpr int kRed = 32;         // values per cluster reduction: up to 31 dots, then a sum of squares
-constexpr int kMaxHc = 4;   // 2 hc + hc^2 dyn rows + 1 <= kRed
-constexpr int kMaxTopK = 16;
-constexpr int kMaxExperts = kRed - 1;
+constexpr int kMaxHc = kHcMaxHc;
+constexpr int kMaxTopK = kHcMaxTopK;
+constexpr int kMaxExperts = kHcMaxExperts;
+static_assert(2 * kMaxHc + kMaxHc * kMaxHc + 1 <= kRed && kMaxExperts + 1 <= kRed, "one cluster reduction");
 
 // Blocks per token: the largest of 8, 4, 2, 1 that splits d into whole Q8_0 blocks (d only).
 int hc_cluster(int d) {

@@ -19,6 +19,12 @@
 
 namespace dq { namespace gpu {
 
+// The boundary kernel's shape limits (its shared-memory arrays and 32-value cluster reductions);
+// GpuModel refuses configs beyond them.
+constexpr int kHcMaxHc = 4;        // 2 hc + hc^2 dyn rows + a sum of squares <= 32 values
+constexpr int kHcMaxTopK = 16;
+constexpr int kHcMaxExperts = 31;  // router dots + a sum of squares <= 32 values
+
 enum class HcIn { kEmbed, kPost, kCombine };
 enum class HcOut { kPre, kFinal };
 

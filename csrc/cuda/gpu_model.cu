@@ -150,9 +150,12 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     if (threads < 1) throw std::invalid_argument("threads must be >= 1");
     const std::string why = unavailable_reason();
     if (!why.empty()) throw std::invalid_argument("device='cuda' is not available: " + why);
-    if (m.cfg.hc_mult > 4) throw std::invalid_argument("hc_mult above 4 is not supported on the GPU");
-    if (m.cfg.n_experts > 31) throw std::invalid_argument("n_experts above 31 is not supported on the GPU");
-    if (m.cfg.top_k > 16) throw std::invalid_argument("top_k above 16 is not supported on the GPU");
+    const auto above = [](const char* key, int limit) {
+        return std::invalid_argument(std::string(key) + " above " + std::to_string(limit) + " is not supported on the GPU");
+    };
+    if (m.cfg.hc_mult > kHcMaxHc) throw above("hc_mult", kHcMaxHc);
+    if (m.cfg.n_experts > kHcMaxExperts) throw above("n_experts", kHcMaxExperts);
+    if (m.cfg.top_k > kHcMaxTopK) throw above("top_k", kHcMaxTopK);
     DQ_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop{};
     DQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

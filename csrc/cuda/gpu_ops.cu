@@ -14,6 +14,7 @@
 namespace dq { namespace gpu {
 
 using cuda::launch_kernel;
+using cuda::check_launch;
 using cuda::pdl_begin;
 
 namespace {
@@ -204,12 +205,6 @@ __global__ void k_step_end(int* pos, const float* logits, float* out_logits, flo
 }
 
 }  // namespace
-
-void check_launch(const char* what) {
-    dq::cuda::count_launch();
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA launch failed (") + what + "): " + cudaGetErrorString(e));
-}
 
 void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
     launch_kernel(k_qk_rope, dim3(a.n_heads + 1, w), dim3(kRopeBlock), 0, s, a);

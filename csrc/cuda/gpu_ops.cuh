@@ -96,8 +96,4 @@ void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, 
 void launch_step_end(DevCtl ctl, const float* logits, float* out_logits, float* last_logits, int w, int vocab,
                      cudaStream_t s);
 
-// Counts the launch (dq::cuda::count_launch) and throws std::runtime_error naming `what` when
-// the last launch failed.
-void check_launch(const char* what);
-
 }}  // namespace dq::gpu

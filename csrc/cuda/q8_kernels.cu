@@ -29,14 +29,6 @@ constexpr int kQK = 32;  // values per Q8_0 block
 
 thread_local long long t_launches = 0;
 
-void check_launch(const char* what) {
-    ++t_launches;
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        throw std::runtime_error(std::string("dq::cuda::") + what + ": " + cudaGetErrorString(e));
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Loads. Weights stream once: read-only path, no L1 allocation (keeps L1 for the activations,
 // which every warp of an SM re-reads), and L2 evict-first, so the ~1 GB stream of a step does not
@@ -935,7 +927,11 @@ bool pdl_enabled() {
     }();
     return on;
 }
-void count_launch() { ++t_launches; }
+void check_launch(const char* what) {
+    ++t_launches;
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA launch failed (") + what + "): " + cudaGetErrorString(e));
+}
 
 namespace {
 template <int NCMAX, int R, int U>

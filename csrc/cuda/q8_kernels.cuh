@@ -62,9 +62,10 @@ void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run
                   const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s);
 
 // Kernel launches made by this library and by the forward's ops on the calling thread so far
-// (benches report launches per step); count_launch() adds one.
+// (benches report launches per step); check_launch(what) adds one after every launch and throws
+// std::runtime_error naming `what` when it failed.
 long long launch_count();
-void count_launch();
+void check_launch(const char* what);
 
 // --- Tuning surface (benches and tests). Every configuration computes the same bits: the
 // rows per row group, the chunks in flight, the block size and the load scheme change
