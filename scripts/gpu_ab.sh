@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A/B of one GPU environment switch on one build (the lent H200; minutes of device time, not
+# the full scripts/gpu_device_run.sh): build with DQ_CUDA=ON, run the GPU tests (q1 == bands
+# bitwise), then bench/gpu/prefill.py alternating VAR=0 and VAR=1 for ROUNDS pairs (each a
+# separate process, since the switches are read once), and print q1..q4 of every run.
+# Files under $OUT: build.log tests.log ab_<VAR>=<v>_<round>.json/.log.
+#
+# Usage: OUT=dir bash scripts/gpu_ab.sh VAR [ROUNDS]   e.g. VAR = DQ_GPU_PDL, DQ_GPU_PREFETCH
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -lt 1 ] || [ -z "$1" ]; then echo "usage: OUT=dir bash scripts/gpu_ab.sh VAR [ROUNDS]" >&2; exit 2; fi
+var=$1
+rounds=${2:-2}
+case "$rounds" in ''|*[!0-9]*) echo "error: ROUNDS must be a whole number, got '$rounds'" >&2; exit 2 ;; esac
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | head -1
+t0=$(date +%s)
+if ! python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
+    >"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  echo "build: FAILED (see build.log)"
+  exit 1
+fi
+echo "build: ok in $(( $(date +%s) - t0 )) s"
+repo=$PWD
+cd "$(mktemp -d)"  # outside the checkout, so the installed package is imported
+timeout "${DQ_TESTS_TIMEOUT:-240}" python3 -m pytest -q -rs -p no:cacheprovider "$repo"/tests/test_gpu*.py \
+  >"$OUT/tests.log" 2>&1
+echo "tests/test_gpu*.py: exit $?: $(tail -1 "$OUT/tests.log")"
+for r in $(seq 1 "$rounds"); do
+  for v in 0 1; do
+    tag="ab_${var}=${v}_${r}"
+    env "$var=$v" timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --repeats 3 \
+      --json "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1
+    echo "$var=$v round $r: exit $?"
+    grep -E '^\| q[1-4] ' "$OUT/$tag.log"
+  done
+done
