@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "common/engine_rules.h"
 #include "gpu_reduce.cuh"
@@ -332,10 +333,16 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
 }  // namespace
 
 void launch_hc_step(const HcStepArgs& a, int w, cudaStream_t s) {
-    if (a.top_k > kMaxTopK) throw std::invalid_argument("top_k above 16 is not supported on the GPU");
-    if (a.hc > kMaxHc || (a.router && a.n_experts > kMaxExperts))
-        throw std::invalid_argument("hc_step: hc_mult above 4 or n_experts above 31 is not supported on the GPU");
-    if (w < 1 || w > kMaxStep) throw std::invalid_argument("hc_step: step width must be 1..32");
+    auto above = [](const char* key, int got, int limit) {
+        return std::invalid_argument(std::string("hc_step: ") + key + " " + std::to_string(got) + " above " +
+                                     std::to_string(limit) + " is not supported on the GPU");
+    };
+    if (a.top_k > kMaxTopK) throw above("top_k", a.top_k, kMaxTopK);
+    if (a.hc > kMaxHc) throw above("hc_mult", a.hc, kMaxHc);
+    if (a.router && a.n_experts > kMaxExperts) throw above("n_experts", a.n_experts, kMaxExperts);
+    if (w < 1 || w > kMaxStep)
+        throw std::invalid_argument("hc_step: step width must be 1.." + std::to_string(kMaxStep) + ", got " +
+                                    std::to_string(w));
     const int C = hc_cluster(a.d), cs = a.d / C;
     const size_t smem = sizeof(float) * (size_t(a.hc) + 2) * cs;
     launch_kernel_cluster(k_hc_step, dim3(C, w), dim3(hc_threads(cs)), smem, unsigned(C), s, a, w);
