@@ -401,7 +401,6 @@ struct GpuSessionImpl {
         moe.slots = arena.alloc<int32_t>(size_t(1) + 3 * size_t(moe.max_slots));
         moe.tok_of_col = arena.alloc<int32_t>(R);
         moe.col_of = arena.alloc<int32_t>(W * K);
-        moe.scratch = arena.alloc<int32_t>(2 * size_t(c.n_experts));
         moe.counters = arena.alloc<unsigned long long>(2);
         moe.done = arena.alloc<unsigned int>(1);
         DQ_CUDA_CHECK(cudaMemset(moe.done, 0, sizeof(unsigned int)));

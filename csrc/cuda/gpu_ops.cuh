@@ -72,11 +72,11 @@ void launch_pool(const PoolArgs& a, cudaStream_t s);
 // slots = the matrices to run (slot 0 the shared expert on all w columns, then each routed
 // expert with columns, in index order; mat 0 = shared, 1 + e = expert e), columns laid out as
 // rules::moe_columns.
-// One int32 buffer: slots [1 + 3 S] (n, mat[S], base[S], count[S]; S = 1 + n_experts), then
-// tok_of_col [kMaxStep (1 + K)], col_of [kMaxStep K], base/count scratch [2 E].
+// Device arrays: slots [1 + 3 S] (n, mat[S], base[S], count[S]; S = 1 + n_experts), tok_of_col
+// [kMaxStep (1 + K)], col_of [kMaxStep K] (the router's base/count scratch is its shared memory).
 struct DevMoe {
     int32_t* slots; int max_slots;
-    int32_t* tok_of_col; int32_t* col_of; int32_t* scratch;
+    int32_t* tok_of_col; int32_t* col_of;
     unsigned long long* counters;  // [2] += routed experts' weight bytes and matmul calls
     unsigned long long expert_bytes;  // w13 + w2 bytes of one routed expert
     unsigned int* done;  // [1] tokens routed so far in this step (0 between steps)
