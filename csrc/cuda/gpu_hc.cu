@@ -332,14 +332,20 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
 
 }  // namespace
 
-void launch_hc_step(const HcStepArgs& a, int w, cudaStream_t s) {
+std::string hc_shape_error(int hc_mult, int n_experts, int top_k) {
     auto above = [](const char* key, int got, int limit) {
-        return std::invalid_argument(std::string("hc_step: ") + key + " " + std::to_string(got) + " above " +
-                                     std::to_string(limit) + " is not supported on the GPU");
+        return std::string(key) + " " + std::to_string(got) + " above " + std::to_string(limit) +
+               " is not supported on the GPU";
     };
-    if (a.top_k > kMaxTopK) throw above("top_k", a.top_k, kMaxTopK);
-    if (a.hc > kMaxHc) throw above("hc_mult", a.hc, kMaxHc);
-    if (a.router && a.n_experts > kMaxExperts) throw above("n_experts", a.n_experts, kMaxExperts);
+    if (hc_mult > kMaxHc) return above("hc_mult", hc_mult, kMaxHc);
+    if (n_experts > kMaxExperts) return above("n_experts", n_experts, kMaxExperts);
+    if (top_k > kMaxTopK) return above("top_k", top_k, kMaxTopK);
+    return {};
+}
+
+void launch_hc_step(const HcStepArgs& a, int w, cudaStream_t s) {
+    if (const std::string why = hc_shape_error(a.hc, a.router ? a.n_experts : 0, a.top_k); !why.empty())
+        throw std::invalid_argument("hc_step: " + why);
     if (w < 1 || w > kMaxStep)
         throw std::invalid_argument("hc_step: step width must be 1.." + std::to_string(kMaxStep) + ", got " +
                                     std::to_string(w));

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <cuda_runtime.h>
 
 #include "gpu_ops.cuh"
@@ -24,6 +25,10 @@ namespace dq { namespace gpu {
 constexpr int kHcMaxHc = 4;        // 2 hc + hc^2 dyn rows + a sum of squares <= 32 values
 constexpr int kHcMaxTopK = 16;
 constexpr int kHcMaxExperts = 31;  // router dots + a sum of squares <= 32 values
+
+// Empty when the kernel takes these shapes, else what it refuses first ("top_k 20 above 16 is
+// not supported on the GPU"; n_experts 0: no router). GpuModel and launch_hc_step both ask it.
+std::string hc_shape_error(int hc_mult, int n_experts, int top_k);
 
 enum class HcIn { kEmbed, kPost, kCombine };
 enum class HcOut { kPre, kFinal };

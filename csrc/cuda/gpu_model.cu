@@ -150,12 +150,8 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     if (threads < 1) throw std::invalid_argument("threads must be >= 1");
     const std::string why = unavailable_reason();
     if (!why.empty()) throw std::invalid_argument("device='cuda' is not available: " + why);
-    const auto above = [](const char* key, int limit) {
-        return std::invalid_argument(std::string(key) + " above " + std::to_string(limit) + " is not supported on the GPU");
-    };
-    if (m.cfg.hc_mult > kHcMaxHc) throw above("hc_mult", kHcMaxHc);
-    if (m.cfg.n_experts > kHcMaxExperts) throw above("n_experts", kHcMaxExperts);
-    if (m.cfg.top_k > kHcMaxTopK) throw above("top_k", kHcMaxTopK);
+    if (const std::string shape = hc_shape_error(m.cfg.hc_mult, m.cfg.n_experts, m.cfg.top_k); !shape.empty())
+        throw std::invalid_argument(shape);
     DQ_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop{};
     DQ_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
