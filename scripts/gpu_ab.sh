@@ -21,9 +21,8 @@ mkdir -p "$OUT"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | head -1
 t0=$(date +%s)
-if ! python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
-    >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
+source scripts/cuda_install.sh
+if ! cuda_install "$OUT/build.log"; then
   echo "build: FAILED (see build.log)"
   exit 1
 fi

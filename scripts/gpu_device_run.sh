@@ -50,9 +50,8 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 note "# dflash-qualify on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>/dev/null | head -1)"
 echo "[$(stamp)] build (DQ_CUDA=ON)"
 t0=$(date +%s)
-if ! python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
-    >"$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
+source scripts/cuda_install.sh
+if ! cuda_install "$OUT/build.log"; then
   note "build: FAILED (see build.log)"
   exit 1
 fi

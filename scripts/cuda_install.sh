@@ -1,0 +1,12 @@
+# Sourced by the device scripts (gpu_device_run.sh, gpu_ab.sh) from the repository root:
+# cuda_install LOG installs the package with the CUDA backend (DQ_CUDA=ON) into this python3's
+# own environment (the lent machine is bare and given back after the call), logging to LOG;
+# on failure it prints LOG's last 40 lines and returns 1.
+cuda_install() {
+  if python3 -m pip install --no-build-isolation --no-deps --no-cache-dir -C cmake.define.DQ_CUDA=ON . \
+      >"$1" 2>&1; then
+    return 0
+  fi
+  tail -40 "$1"
+  return 1
+}
