@@ -4,7 +4,7 @@
 # bitwise) with every switch at its default and again with each switch at 0, then, per switch,
 # bench/gpu/prefill.py alternating VAR=0 and VAR=1 for ROUNDS pairs (each a separate process,
 # since the switches are read once; the other switches at their defaults), printing q1..q4.
-# Files under $OUT: build.log tests.log tests_<VAR>=0.log ab_<VAR>=<v>_<round>.json/.log.
+# Files under $OUT: build.log tests.log tests_<VAR>_0.log ab_<VAR>_<v>_round<r>.json/.log.
 #
 # Usage: OUT=dir [ROUNDS=2] bash scripts/gpu_ab.sh VAR [VAR ...]
 #   e.g. VAR = DQ_GPU_PDL, DQ_GPU_PREFETCH, DQ_GPU_FUSED_ATTN
@@ -34,13 +34,13 @@ timeout "${DQ_TESTS_TIMEOUT:-240}" python3 -m pytest -q -rs -p no:cacheprovider 
 echo "tests/test_gpu*.py: exit $?: $(tail -1 "$OUT/tests.log")"
 for var in "$@"; do
   env "$var=0" timeout "${DQ_TESTS_TIMEOUT:-240}" python3 -m pytest -q -rs -p no:cacheprovider "$repo"/tests/test_gpu*.py \
-    >"$OUT/tests_$var=0.log" 2>&1
-  echo "tests/test_gpu*.py with $var=0: exit $?: $(tail -1 "$OUT/tests_$var=0.log")"
+    >"$OUT/tests_${var}_0.log" 2>&1
+  echo "tests/test_gpu*.py with $var=0: exit $?: $(tail -1 "$OUT/tests_${var}_0.log")"
 done
 for var in "$@"; do
   for r in $(seq 1 "$rounds"); do
     for v in 0 1; do
-      tag="ab_${var}=${v}_${r}"
+      tag="ab_${var}_${v}_round${r}"  # no "=" in file names: the device tool leaves those behind
       env "$var=$v" timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --repeats 3 \
         --json "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1
       echo "$var=$v round $r: exit $?"
