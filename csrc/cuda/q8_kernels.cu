@@ -332,11 +332,13 @@ __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __res
 // y [*, rows]. Blocks of slots past n exit at once. Every (row, column) takes mode 0's sequence,
 // so each column is bitwise equal to a 1-column mmvq call of its matrix on it.
 constexpr int kGroupWarps = 4;  // warps per CTA of the grouped kernel: 4 / P row groups
-// Occupancy floor: unbounded, the 4-column form takes 130 registers, which leaves room for only
-// three CTAs per SM (12 warps); capped for four (128 registers, one 8-byte spill) its q4 expert
-// products ran 12-14% faster. The 1-column form (88 registers) keeps its five.
+// Occupancy floor of five CTAs per SM (20 warps; 96 registers). Unbounded, the 4-column form
+// took 130 registers, room for three CTAs: H200 q4 1426 us/step; bounded for four (128 registers)
+// 1321, for five (96, a 12-byte spill) 1270, for six (80, 76 bytes of spill) 1293. The 1-column
+// form took 88 registers unbounded (five CTAs; q1 848 us/step); bounded for five it takes 96 and
+// q1 ran 810, for four (128) 809, for six (80) 837.
 template <int NCMAX, int R, int U, int P>
-__global__ void __launch_bounds__(32 * kGroupWarps, NCMAX > 1 ? 4 : 5) mmvq_group_kernel(const int8_t* const* __restrict__ mqs, const uint16_t* const* __restrict__ md,
+__global__ void __launch_bounds__(32 * kGroupWarps, 5) mmvq_group_kernel(const int8_t* const* __restrict__ mqs, const uint16_t* const* __restrict__ md,
                                   const int32_t* __restrict__ slots, int max_slots, const int32_t* __restrict__ x_row,
                                   const int8_t* __restrict__ xq, const float* __restrict__ xd,
                                   float* __restrict__ y, int rows, int cols) {
