@@ -49,13 +49,8 @@ stamp() { date -u +%H:%M:%S; }
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 note "# dflash-qualify on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>/dev/null | head -1)"
 echo "[$(stamp)] build (DQ_CUDA=ON)"
-t0=$(date +%s)
 source scripts/cuda_install.sh
-if ! cuda_install "$OUT/build.log"; then
-  note "build: FAILED (see build.log)"
-  exit 1
-fi
-note "build: ok in $(( $(date +%s) - t0 )) s"
+cuda_install "$OUT/build.log" | tee -a "$summary" || exit 1  # pipefail: cuda_install's status
 cd "$(mktemp -d)"  # run from outside the checkout so the installed package is imported
 repo=$OLDPWD
 
