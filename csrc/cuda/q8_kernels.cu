@@ -944,13 +944,12 @@ template <int NCMAX, int R, int U>
 void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, const int32_t* x_row,
                   const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
     const int p = mmvq_warps_per_row(g.cols);
-    constexpr int kWarps = kGroupWarps;
     const long long groups = (g.rows + R - 1) / R;
-    const int per_cta = kWarps / p;
+    const int per_cta = kGroupWarps / p;
     const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(run_slots));
     auto args = [&](auto fn) {
         prefer_l1(reinterpret_cast<const void*>(fn));
-        launch_kernel(fn, dim3(grid), dim3(kWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
+        launch_kernel(fn, dim3(grid), dim3(kGroupWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
     };
     if (p == 4) args(mmvq_group_kernel<NCMAX, R, U, 4>);
     else if (p == 2) args(mmvq_group_kernel<NCMAX, R, U, 2>);
