@@ -91,6 +91,14 @@ md=$(mktemp)
 timeout "${DQ_BENCH_TIMEOUT:-180}" python3 "$repo/bench/gpu/prefill.py" --json "$OUT/gpu_prefill.json" --markdown "$md" \
   --kernels-json "$OUT/kernels_bench.json" >>"$OUT/bench.log" 2>&1
 note "bench/gpu/prefill.py: exit $?"
+if python3 -c "import torch" 2>/dev/null; then  # the replayed step kernel by kernel (CUPTI through torch's profiler)
+  echo "[$(stamp)] replayed-step timeline"
+  tl=$(mktemp)
+  timeout 120 python3 "$repo/bench/gpu/timeline.py" --modes 1,4 --all >"$tl" 2>&1
+  note "bench/gpu/timeline.py: exit $? (bench.log)"
+  grep -E '^## q' "$tl" | tee -a "$summary"
+  cat "$tl" >>"$OUT/bench.log"
+fi
 
 if [ $peer = 1 ]; then
   echo "[$(stamp)] llama.cpp CUDA peer bench"

@@ -1,0 +1,121 @@
+// The floor of a chain of dependent kernels in one replayed CUDA graph (not a test): what a step
+// of N kernels costs before any of them does work, launched the way gpu_model.cu launches them.
+//
+// Usage: nvcc -O3 -arch=sm_90 -std=c++17 bench/gpu/launch_floor.cu -o /tmp/launch_floor && /tmp/launch_floor [N]
+//
+// Per shape (grid x block, cluster), with and without programmatic dependent launch (PDL): a
+// graph of N kernels (default 81, ds4-gpu's q1 step), each waiting for its predecessor
+// (griddepcontrol.wait, then launch_dependents, as csrc/cuda/launch.cuh's pdl_begin) and handing
+// one value down the chain (block 0 reads what the previous kernel wrote, adds one, writes it),
+// replayed R times between two events: us per kernel = elapsed / (R N). The chain's value is
+// checked (N R after R replays), so no kernel was skipped.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                      \
+        }                                                                                      \
+    } while (0)
+
+__global__ void chain_kernel(unsigned long long* v) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *v = *v + 1;
+}
+
+struct Shape {
+    const char* what;
+    unsigned grid, block, cluster;
+};
+
+double per_kernel_us(const Shape& sh, bool pdl, int n, int reps, cudaStream_t s, unsigned long long* v) {
+    CK(cudaMemsetAsync(v, 0, sizeof(*v), s));
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t g = nullptr;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < n; ++i) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(sh.grid);
+        cfg.blockDim = dim3(sh.block);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+        int na = 1;
+        if (sh.cluster > 1) {
+            attr[1].id = cudaLaunchAttributeClusterDimension;
+            attr[1].val.clusterDim.x = sh.cluster;
+            attr[1].val.clusterDim.y = 1;
+            attr[1].val.clusterDim.z = 1;
+            na = 2;
+        }
+        cfg.attrs = attr;
+        cfg.numAttrs = na;
+        CK(cudaLaunchKernelEx(&cfg, chain_kernel, v));
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge = nullptr;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 5; ++i) CK(cudaGraphLaunch(ge, s));  // warm-up
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    unsigned long long got = 0;
+    CK(cudaMemcpy(&got, v, sizeof(got), cudaMemcpyDeviceToHost));
+    const unsigned long long want = (unsigned long long)n * (reps + 5);
+    if (got != want) {
+        std::fprintf(stderr, "launch_floor: chain value %llu, expected %llu\n", got, want);
+        std::exit(1);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms * 1e3 / (double(reps) * n);
+}
+
+int main(int argc, char** argv) {
+    const int n = argc > 1 ? std::atoi(argv[1]) : 81;
+    const int reps = 200;
+    if (n < 1) {
+        std::fprintf(stderr, "usage: launch_floor [N >= 1]\n");
+        return 2;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const unsigned sms = unsigned(prop.multiProcessorCount);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned long long* v = nullptr;
+    CK(cudaMalloc(&v, sizeof(*v)));
+    const std::vector<Shape> shapes = {
+        {"1 block of 32", 1, 32, 1},
+        {"1 cluster of 8 x 512 (an HC boundary at q1)", 8, 512, 8},
+        {"4 clusters of 8 x 512 (an HC boundary at q4)", 32, 512, 8},
+        {"SMs x 128 (one wave)", sms, 128, 1},
+        {"5 SMs x 128 (a grouped MMVQ's grid)", 5 * sms, 128, 1},
+    };
+    std::printf("%s, %u SMs: a graph of %d chained kernels, %d replays\n\n", prop.name, sms, n, reps);
+    std::printf("| kernels of | PDL us/kernel | no PDL us/kernel | step of %d, PDL (us) |\n| --- | ---: | ---: | ---: |\n", n);
+    for (const Shape& sh : shapes) {
+        const double on = per_kernel_us(sh, true, n, reps, s, v);
+        const double off = per_kernel_us(sh, false, n, reps, s, v);
+        std::printf("| %s | %.2f | %.2f | %.0f |\n", sh.what, on, off, on * n);
+    }
+    CK(cudaFree(v));
+    return 0;
+}
