@@ -24,19 +24,29 @@ DQ_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 // sqrt(softplus(x)), stable for large |x|.
 DQ_HD float sqrt_softplus(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
 
+struct NoSync {
+    DQ_HD void operator()() const {}
+};
+
 // Routing of one token from its router logits [E]. Hash layers (tid2eid non-null) take experts
 // tid2eid[token * K + k]; learned layers take the top-k of score + bias (repeated argmax, the
 // lowest index wins ties), score = sqrt(softplus(logit)). Weights: the chosen scores
 // renormalized over the k slots, times routed_scale (the bias never enters).
-// scratch: [2 * E]; ids / wts: [K].
+// scratch: [2 * E]; ids / wts: [K]. Lanes lane = 0 .. nlanes - 1 compute the scores (one lane per
+// expert, each the serial operations), sync() orders them, then lane 0 alone selects and writes
+// ids / wts: any nlanes gives the serial bits (CPU: one lane; GPU: one warp, __syncwarp).
+template <class Sync>
 DQ_HD void route_from_logits(const float* logits, const float* bias, const int32_t* tid2eid, int token, int E,
-                             int K, float routed_scale, int32_t* ids, float* wts, float* scratch) {
+                             int K, float routed_scale, int32_t* ids, float* wts, float* scratch, int lane,
+                             int nlanes, Sync sync) {
     float* score = scratch;
     float* sel = scratch + E;
-    for (int e = 0; e < E; ++e) {
+    for (int e = lane; e < E; e += nlanes) {
         score[e] = sqrt_softplus(logits[e]);
         sel[e] = score[e] + bias[e];
     }
+    sync();
+    if (lane != 0) return;
     if (tid2eid != nullptr) {
         for (int k = 0; k < K; ++k) ids[k] = tid2eid[size_t(token) * K + k];
     } else {
@@ -54,35 +64,60 @@ DQ_HD void route_from_logits(const float* logits, const float* bias, const int32
     for (int k = 0; k < K; ++k) sum += score[ids[k]];
     for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * routed_scale;
 }
+DQ_HD void route_from_logits(const float* logits, const float* bias, const int32_t* tid2eid, int token, int E,
+                             int K, float routed_scale, int32_t* ids, float* wts, float* scratch) {
+    route_from_logits(logits, bias, tid2eid, token, E, K, routed_scale, ids, wts, scratch, 0, 1, NoSync{});
+}
 
 // The MoE column layout of a step of w tokens (ids [w, K]): columns 0..w-1 are the shared
 // expert's (token order), then each routed expert's columns in expert index order, tokens in
 // order within an expert. Writes tok_of_col [w + w*K] (the token of each column), col_of
 // [w * K] ((token, slot) -> its column), and per expert its first column base[e] and count[e]
 // (count 0 when unused); returns the number of columns (w + w*K). The CUDA router calls it; the
-// CPU's moe_step gathers its columns in this same order.
+// CPU's moe_step gathers its columns in this same order. Lanes lane = 0 .. nlanes - 1 share it
+// (each expert's count and columns by one lane, the first columns by lane 0 in expert order,
+// sync() between): integers only, so any nlanes writes the same layout (CPU: one lane).
+template <class Sync>
 DQ_HD int moe_columns(const int32_t* ids, int w, int K, int E, int32_t* tok_of_col, int32_t* col_of, int32_t* base,
-                      int32_t* count) {
-    int n = 0;
-    for (int t = 0; t < w; ++t) tok_of_col[n++] = t;
-    for (int e = 0; e < E; ++e) {
-        base[e] = n;
+                      int32_t* count, int lane, int nlanes, Sync sync) {
+    for (int t = lane; t < w; t += nlanes) tok_of_col[t] = t;
+    for (int e = lane; e < E; e += nlanes) {
+        int c = 0;
+        for (int i = 0; i < w * K; ++i) c += ids[i] == e ? 1 : 0;
+        count[e] = c;
+    }
+    sync();
+    if (lane == 0) {
+        int n = w;
+        for (int e = 0; e < E; ++e) {
+            base[e] = n;
+            n += count[e];
+        }
+    }
+    sync();
+    for (int e = lane; e < E; e += nlanes) {
+        int n = base[e];
         for (int t = 0; t < w; ++t)
             for (int k = 0; k < K; ++k)
                 if (ids[t * K + k] == e) {
                     col_of[t * K + k] = n;
                     tok_of_col[n++] = t;
                 }
-        count[e] = n - base[e];
     }
-    return n;
+    sync();
+    return w + w * K;
+}
+DQ_HD int moe_columns(const int32_t* ids, int w, int K, int E, int32_t* tok_of_col, int32_t* col_of, int32_t* base,
+                      int32_t* count) {
+    return moe_columns(ids, w, K, E, tok_of_col, col_of, base, count, 0, 1, NoSync{});
 }
 
 // Hyper-connection pre/post weights of one token from its dyn values [2 hc + hc*hc]:
 // pre[i] = sigmoid(static_pre[i] + s dyn[i]), post[i] = 2 sigmoid(static_post[i] + s dyn[hc + i]).
+// Lanes lane = 0 .. nlanes - 1 take i = lane, lane + nlanes, ...: the serial bits at any nlanes.
 DQ_HD void hc_pre_post(const float* static_pre, const float* static_post, float dyn_scale, const float* dyn, int hc,
-                       float* pre, float* post) {
-    for (int i = 0; i < hc; ++i) {
+                       float* pre, float* post, int lane = 0, int nlanes = 1) {
+    for (int i = lane; i < hc; i += nlanes) {
         pre[i] = sigmoid(static_pre[i] + dyn_scale * dyn[i]);
         post[i] = 2.0f * sigmoid(static_post[i] + dyn_scale * dyn[hc + i]);
     }
@@ -119,10 +154,6 @@ DQ_HD void hc_sinkhorn(const float* static_res, float dyn_scale, const float* dy
         sync();
     }
 }
-
-struct NoSync {
-    DQ_HD void operator()() const {}
-};
 
 // Both, serially (the CPU's hc_mix).
 DQ_HD void hc_mix_weights(const float* static_pre, const float* static_post, const float* static_res, float dyn_scale,

@@ -26,6 +26,7 @@ namespace {
 
 constexpr int kHcThreads = 512;  // threads per block at most (one channel each at d / C = 512)
 constexpr int kMaxWarps = kHcThreads / 32;
+constexpr int kMaxCluster = 8;  // hc_cluster's largest C
 constexpr int kRed = 32;         // values per cluster reduction: up to 31 dots, then a sum of squares
 constexpr int kMaxHc = kHcMaxHc;
 constexpr int kMaxTopK = kHcMaxTopK;
@@ -85,8 +86,14 @@ __device__ __forceinline__ void cluster_reduce(cg::cluster_group& cl, float (&v)
     }
     cl.sync();
     if (threadIdx.x < kRed) {
+        const int nb = int(cl.num_blocks());
+        float p[kMaxCluster];  // every remote load in flight at once, then the adds in rank order
+#pragma unroll
+        for (int b = 0; b < kMaxCluster; ++b) p[b] = b < nb ? cl.map_shared_rank(red, b)[threadIdx.x] : 0.0f;
         float s = 0.0f;
-        for (unsigned b = 0; b < cl.num_blocks(); ++b) s += cl.map_shared_rank(red, b)[threadIdx.x];
+#pragma unroll
+        for (int b = 0; b < kMaxCluster; ++b)
+            if (b < nb) s += p[b];
         out[threadIdx.x] = s;
     }
     __syncthreads();
@@ -97,8 +104,14 @@ __device__ float cluster_sum(cg::cluster_group& cl, float v, float* sh, float* s
     v = block_sum(v, sh);
     if (threadIdx.x == 0) *slot = v;
     cl.sync();
+    const int nb = int(cl.num_blocks());
+    float p[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) p[r] = r < nb ? *cl.map_shared_rank(slot, r) : 0.0f;
     float s = 0.0f;
-    for (unsigned r = 0; r < cl.num_blocks(); ++r) s += *cl.map_shared_rank(slot, r);
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+        if (r < nb) s += p[r];
     return s;
 }
 
@@ -152,15 +165,28 @@ __device__ void sinkhorn_lanes(const float* static_res, float dyn_scale, const f
     if (lane < n) M_out[lane] = m;
 }
 
-// The router tail of token j (one thread): route (rules::route_from_logits on shared copies),
-// publish the token's ids / weights; the token that finishes last lays out the step's MoE table
-// (rules::moe_columns, the slots, the routed experts' bytes and calls) from every token's ids.
-__device__ void route_token(const HcStepArgs& a, int w, int j, const float* logits, const float* bias, float* scratch,
-                            int32_t* ids_sh, float* wts_sh, int32_t* all_ids, int32_t* base, int32_t* count) {
-    const int E = a.n_experts, K = a.top_k, pos = *a.pos;
-    rules::route_from_logits(logits, bias, a.tid2eid, a.tokens[pos + j], E, K, a.routed_scale, ids_sh, wts_sh,
-                             scratch);
-    for (int k = 0; k < K; ++k) {
+struct WarpSync {
+    __device__ void operator()() const { __syncwarp(); }
+};
+
+// The router tail of token j (warp 0 of the token's block 0), each rule shared by the lanes:
+// scale the logits by inv, rules::route_from_logits on shared copies (a lane per expert's
+// score, lane 0 selects), publish the token's ids / weights; the token that finishes last (an
+// atomic count; at w = 1 the only one) lays out the step's MoE table from every token's ids
+// (rules::moe_columns, a lane per expert; the slots by lane 0) and counts the routed experts'
+// bytes and calls.
+__device__ void route_token(const HcStepArgs& a, int w, int j, float* logits, float inv, const float* bias,
+                            float* scratch, int32_t* ids_sh, float* wts_sh, int32_t* all_ids, int32_t* base,
+                            int32_t* count) {
+    const int E = a.n_experts, K = a.top_k, lane = threadIdx.x & 31;
+    const int pos = *a.pos;
+    const int token = a.tokens[pos + j];
+    for (int e = lane; e < E; e += 32) logits[e] = logits[e] * inv;
+    __syncwarp();
+    rules::route_from_logits(logits, bias, a.tid2eid, token, E, K, a.routed_scale, ids_sh, wts_sh, scratch, lane, 32,
+                             WarpSync{});
+    __syncwarp();
+    for (int k = lane; k < K; k += 32) {
         a.ids[size_t(j) * K + k] = ids_sh[k];
         a.rwts[size_t(j) * K + k] = wts_sh[k];
         if (a.rid) {
@@ -168,18 +194,24 @@ __device__ void route_token(const HcStepArgs& a, int w, int j, const float* logi
             a.rw[a.route_off + size_t(pos + j) * K + k] = wts_sh[k];
         }
     }
-    if (w > 1) {  // the last token to finish lays out the table (one token: this one)
-        __threadfence();
-        if (atomicAdd(a.moe.done, 1u) != unsigned(w - 1)) return;
+    if (w > 1) {  // the last token to finish lays out the table
+        __threadfence();  // every lane's ids before the count (threadFenceReduction's pattern)
+        __syncwarp();
+        unsigned prev = 0;
+        if (lane == 0) prev = atomicAdd(a.moe.done, 1u);
+        prev = __shfl_sync(0xffffffffu, prev, 0);
+        if (prev != unsigned(w - 1)) return;
         __threadfence();
         const volatile int32_t* ids = a.ids;
-        for (int i = 0; i < w * K; ++i) all_ids[i] = ids[i];
-        *a.moe.done = 0u;
+        for (int i = lane; i < w * K; i += 32) all_ids[i] = ids[i];
+        if (lane == 0) *a.moe.done = 0u;
     } else {
-        for (int k = 0; k < K; ++k) all_ids[k] = ids_sh[k];
+        for (int k = lane; k < K; k += 32) all_ids[k] = ids_sh[k];
     }
+    __syncwarp();
     const DevMoe& moe = a.moe;
-    rules::moe_columns(all_ids, w, K, E, moe.tok_of_col, moe.col_of, base, count);
+    rules::moe_columns(all_ids, w, K, E, moe.tok_of_col, moe.col_of, base, count, lane, 32, WarpSync{});
+    if (lane != 0) return;
     const int S = moe.max_slots;
     int32_t* mat = moe.slots + 1;
     int32_t* sbase = moe.slots + 1 + S;
@@ -287,9 +319,10 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
         dots_and_squares(a.p.w_dyn, rows, d, c0, cs, xs, nullptr, v);
         cluster_reduce(cl, v, wpart, red_a, dyn);
         const float inv0 = 1.0f / sqrtf(dyn[kRed - 1] / float(d) + a.eps);
-        if (threadIdx.x == 0) {
-            for (int r = 0; r < rows; ++r) dyn[r] = dyn[r] * inv0;
-            rules::hc_pre_post(a.p.static_pre, a.p.static_post, a.p.dyn_scale, dyn, hc, pre, post);
+        if (threadIdx.x < 32) {  // warp 0: one lane per dyn row, then per stream
+            for (int r = threadIdx.x; r < rows; r += 32) dyn[r] = dyn[r] * inv0;
+            __syncwarp();
+            rules::hc_pre_post(a.p.static_pre, a.p.static_post, a.p.dyn_scale, dyn, hc, pre, post, int(threadIdx.x), 32);
         }
         __syncthreads();
         if (b == 0)
@@ -320,11 +353,9 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
     __syncthreads();
     block_quantize_row(xs, cs, a.xq + size_t(j) * d + c0, a.xd + (size_t(j) * d + c0) / 32);
 
-    // 3. Routing by block 0 (one thread), M (Sinkhorn) by warp 0 of the last block.
-    if (pre_out && a.router && b == 0 && threadIdx.x == 0) {
-        for (int e2 = 0; e2 < a.n_experts; ++e2) logits[e2] = logits[e2] * inv;
-        route_token(a, w, j, logits, bias, rscratch, ids_sh, wts_sh, all_ids, base_sh, count_sh);
-    }
+    // 3. Routing by warp 0 of block 0, M (Sinkhorn) by warp 0 of the last block.
+    if (pre_out && a.router && b == 0 && threadIdx.x < 32)
+        route_token(a, w, j, logits, inv, bias, rscratch, ids_sh, wts_sh, all_ids, base_sh, count_sh);
     if (pre_out && b == C - 1 && threadIdx.x < 32)
         sinkhorn_lanes(a.p.static_res, a.p.dyn_scale, dyn, hc, a.sinkhorn_iters, a.M_out + size_t(j) * hc * hc);
     cl.sync();  // no block leaves while another may still read its shared memory
