@@ -9,6 +9,13 @@
 // one value down the chain (block 0 reads what the previous kernel wrote, adds one, writes it),
 // replayed R times between two events: us per kernel = elapsed / (R N). The chain's value is
 // checked (N R after R replays), so no kernel was skipped.
+//
+// Second table: code fetch. A kernel of one warp running I straight-line instructions (8
+// independent add chains, no memory) costs its issue time when its code is cached on the SM, and
+// more when each 128-byte line of code must come from L2. Per size, a chain of N launches of one
+// such kernel (code warm after the first) against N launches alternating between two copies of
+// different code (A B A B ...: each launch finds its code evicted when the two do not fit the
+// SM's instruction caches), us per kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +36,77 @@ __global__ void chain_kernel(unsigned long long* v) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *v = *v + 1;
+}
+
+// I adds (a multiple of 512) in 8 independent chains, written out by the preprocessor (an
+// unrolled loop of that length is left rolled); SALT makes each instantiation's code distinct.
+#define DQ_ADD8                                                      \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a0));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a1));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a2));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a3));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a4));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a5));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a6));          \
+    asm volatile("add.f32 %0, %0, 0f3F800000;" : "+f"(a7));
+#define DQ_ADD64 DQ_ADD8 DQ_ADD8 DQ_ADD8 DQ_ADD8 DQ_ADD8 DQ_ADD8 DQ_ADD8 DQ_ADD8
+#define DQ_ADD512 DQ_ADD64 DQ_ADD64 DQ_ADD64 DQ_ADD64 DQ_ADD64 DQ_ADD64 DQ_ADD64 DQ_ADD64
+
+template <int B>  // B blocks of 512 adds
+__device__ __forceinline__ void adds(float& a0, float& a1, float& a2, float& a3, float& a4, float& a5, float& a6,
+                                     float& a7) {
+    if constexpr (B > 0) {
+        DQ_ADD512
+        adds<B - 1>(a0, a1, a2, a3, a4, a5, a6, a7);
+    }
+}
+
+template <int I, int SALT>
+__global__ void code_kernel(unsigned long long* v) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const float t = float(threadIdx.x) * 0.5f + float(SALT);  // runtime values: no folding
+    float a0 = t, a1 = t + 1, a2 = t + 2, a3 = t + 3, a4 = t + 4, a5 = t + 5, a6 = t + 6, a7 = t + 7;
+    adds<I / 512>(a0, a1, a2, a3, a4, a5, a6, a7);
+    if (threadIdx.x == 0) *v = *v + 1 + (a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 == -1.0f);
+}
+
+template <int I>
+double code_us(bool alternate, int n, int reps, cudaStream_t s, unsigned long long* v) {
+    CK(cudaMemsetAsync(v, 0, sizeof(*v), s));
+    cudaGraph_t g = nullptr;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < n; ++i) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(32);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (alternate && i % 2) CK(cudaLaunchKernelEx(&cfg, code_kernel<I, 1>, v));
+        else CK(cudaLaunchKernelEx(&cfg, code_kernel<I, 0>, v));
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge = nullptr;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms * 1e3 / (double(reps) * n);
 }
 
 struct Shape {
@@ -116,6 +194,12 @@ int main(int argc, char** argv) {
         const double off = per_kernel_us(sh, false, n, reps, s, v);
         std::printf("| %s | %.2f | %.2f | %.0f |\n", sh.what, on, off, on * n);
     }
+    std::printf("\n| one warp, straight-line code | same kernel N times, us/kernel | two kernels alternated, us/kernel |\n"
+                "| --- | ---: | ---: |\n");
+    auto row = [&](const char* what, double same, double alt) { std::printf("| %s | %.2f | %.2f |\n", what, same, alt); };
+    row("1024 instructions (16 KB)", code_us<1024>(false, n, 50, s, v), code_us<1024>(true, n, 50, s, v));
+    row("4096 instructions (64 KB)", code_us<4096>(false, n, 50, s, v), code_us<4096>(true, n, 50, s, v));
+    row("8192 instructions (128 KB)", code_us<8192>(false, n, 50, s, v), code_us<8192>(true, n, 50, s, v));
     CK(cudaFree(v));
     return 0;
 }
