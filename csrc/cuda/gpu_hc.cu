@@ -70,6 +70,20 @@ __device__ __forceinline__ float warp_transpose_sum(float (&v)[kRed]) {
     return v[0];
 }
 
+// The sum over the cluster's blocks of *p (p: this block's shared copy), added in rank order;
+// every remote load is issued before the first add. Call after a cluster barrier that publishes it.
+__device__ __forceinline__ float rank_order_sum(cg::cluster_group& cl, const float* p) {
+    const int nb = int(cl.num_blocks());
+    float part[kMaxCluster];
+#pragma unroll
+    for (int b = 0; b < kMaxCluster; ++b) part[b] = b < nb ? *cl.map_shared_rank(p, b) : 0.0f;
+    float s = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kMaxCluster; ++b)
+        if (b < nb) s += part[b];
+    return s;
+}
+
 // out[i] = the cluster's sum of v[i] (i < 32; every thread's v): the warp tree above, the warp
 // partials in warp order, then the block partials in rank order (distributed shared memory);
 // out [32] in every block. wpart [kMaxWarps, 32] scratch; red [32] this call's own export (never
@@ -85,17 +99,7 @@ __device__ __forceinline__ void cluster_reduce(cg::cluster_group& cl, float (&v)
         red[threadIdx.x] = s;
     }
     cl.sync();
-    if (threadIdx.x < kRed) {
-        const int nb = int(cl.num_blocks());
-        float p[kMaxCluster];  // every remote load in flight at once, then the adds in rank order
-#pragma unroll
-        for (int b = 0; b < kMaxCluster; ++b) p[b] = b < nb ? cl.map_shared_rank(red, b)[threadIdx.x] : 0.0f;
-        float s = 0.0f;
-#pragma unroll
-        for (int b = 0; b < kMaxCluster; ++b)
-            if (b < nb) s += p[b];
-        out[threadIdx.x] = s;
-    }
+    if (threadIdx.x < kRed) out[threadIdx.x] = rank_order_sum(cl, red + threadIdx.x);
     __syncthreads();
 }
 
@@ -104,15 +108,7 @@ __device__ float cluster_sum(cg::cluster_group& cl, float v, float* sh, float* s
     v = block_sum(v, sh);
     if (threadIdx.x == 0) *slot = v;
     cl.sync();
-    const int nb = int(cl.num_blocks());
-    float p[kMaxCluster];
-#pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r) p[r] = r < nb ? *cl.map_shared_rank(slot, r) : 0.0f;
-    float s = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r)
-        if (r < nb) s += p[r];
-    return s;
+    return rank_order_sum(cl, slot);
 }
 
 // v[u] += W[u] . x over this thread's channels for u < 31 (rows <= 31; rows past the last load
