@@ -25,12 +25,15 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.gpu.registers import ROOT, build_flags, demangle  # noqa: E402
+
 INSTR_BYTES = 16  # every sm_90 instruction
 SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
@@ -65,25 +68,8 @@ def find_nvdisasm(nvcc: str) -> str | None:
     return None
 
 
-def demangle(names: list[str]) -> list[str]:
-    tool = shutil.which("c++filt")
-    if tool is None:
-        return names
-    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-    return [re.sub(r"\(.*", "", n.replace("(anonymous namespace)::", "")).removeprefix("void ")
-            for n in out.splitlines()]
-
-
 def kernel_sizes(source: Path, nvcc: str, nvdisasm: str) -> dict[str, Counter]:
-    flags = ["-O3", "-std=c++17", "-arch=sm_90a", "-lineinfo", "-cubin",
-             f"-I{ROOT / 'csrc'}", f"-I{sysconfig.get_paths()['include']}"]
-    try:
-        import pybind11
-        flags.append(f"-I{pybind11.get_include()}")
-    except ImportError:
-        pass
-    if source.name.startswith("gpu_"):
-        flags.append("--fmad=false")
+    flags = [*build_flags(source), "-arch=sm_90a", "-lineinfo", "-cubin"]
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "x.cubin"
         p = subprocess.run([nvcc, *flags, str(source), "-o", str(cubin)], capture_output=True, text=True)

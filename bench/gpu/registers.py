@@ -68,9 +68,9 @@ def demangle(names: list[str]) -> list[str]:
             for n in out.splitlines()]
 
 
-def compile_report(source: Path, nvcc: str) -> list[dict]:
-    flags = ["-O3", "-std=c++17", "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xptxas", "-v",
-             f"-I{ROOT / 'csrc'}", f"-I{sysconfig.get_paths()['include']}"]
+def build_flags(source: Path) -> list[str]:
+    """nvcc flags of the package build for one csrc/cuda source, without the target options."""
+    flags = ["-O3", "-std=c++17", f"-I{ROOT / 'csrc'}", f"-I{sysconfig.get_paths()['include']}"]
     try:
         import pybind11  # the build's own include path, when the package's build deps are here
         flags.append(f"-I{pybind11.get_include()}")
@@ -78,6 +78,11 @@ def compile_report(source: Path, nvcc: str) -> list[dict]:
         pass
     if source.name.startswith("gpu_"):
         flags.append("--fmad=false")
+    return flags
+
+
+def compile_report(source: Path, nvcc: str) -> list[dict]:
+    flags = [*build_flags(source), "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xptxas", "-v"]
     with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.run([nvcc, *flags, "-c", str(source), "-o", str(Path(tmp) / "x.o")],
                            capture_output=True, text=True)
