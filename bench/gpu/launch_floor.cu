@@ -71,78 +71,43 @@ __global__ void code_kernel(unsigned long long* v) {
     if (threadIdx.x == 0) *v = *v + 1 + (a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 == -1.0f);
 }
 
-template <int I>
-double code_us(bool alternate, int n, int reps, cudaStream_t s, unsigned long long* v) {
-    CK(cudaMemsetAsync(v, 0, sizeof(*v), s));
-    cudaGraph_t g = nullptr;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < n; ++i) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(1);
-        cfg.blockDim = dim3(32);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (alternate && i % 2) CK(cudaLaunchKernelEx(&cfg, code_kernel<I, 1>, v));
-        else CK(cudaLaunchKernelEx(&cfg, code_kernel<I, 0>, v));
+// One launch of kernel(v) as gpu_model.cu launches: PDL on or off, clusters of `cluster` blocks.
+void launch(void (*kernel)(unsigned long long*), unsigned grid, unsigned block, unsigned cluster, bool pdl,
+            cudaStream_t s, unsigned long long* v) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    int na = 1;
+    if (cluster > 1) {
+        attr[1].id = cudaLaunchAttributeClusterDimension;
+        attr[1].val.clusterDim.x = cluster;
+        attr[1].val.clusterDim.y = 1;
+        attr[1].val.clusterDim.z = 1;
+        na = 2;
     }
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t ge = nullptr;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return ms * 1e3 / (double(reps) * n);
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    CK(cudaLaunchKernelEx(&cfg, kernel, v));
 }
 
-struct Shape {
-    const char* what;
-    unsigned grid, block, cluster;
-};
-
-double per_kernel_us(const Shape& sh, bool pdl, int n, int reps, cudaStream_t s, unsigned long long* v) {
+// A graph of n launches (launch_i(i) issues the i-th), replayed `warm` times, then `reps` times
+// between two events: us per kernel. Every kernel adds one to *v, so the chain's value after
+// the replays shows that none was skipped.
+template <class LaunchI>
+double graph_us(int n, int warm, int reps, cudaStream_t s, unsigned long long* v, LaunchI launch_i) {
     CK(cudaMemsetAsync(v, 0, sizeof(*v), s));
     CK(cudaStreamSynchronize(s));
     cudaGraph_t g = nullptr;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < n; ++i) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(sh.grid);
-        cfg.blockDim = dim3(sh.block);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[2];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-        int na = 1;
-        if (sh.cluster > 1) {
-            attr[1].id = cudaLaunchAttributeClusterDimension;
-            attr[1].val.clusterDim.x = sh.cluster;
-            attr[1].val.clusterDim.y = 1;
-            attr[1].val.clusterDim.z = 1;
-            na = 2;
-        }
-        cfg.attrs = attr;
-        cfg.numAttrs = na;
-        CK(cudaLaunchKernelEx(&cfg, chain_kernel, v));
-    }
+    for (int i = 0; i < n; ++i) launch_i(i);
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge = nullptr;
     CK(cudaGraphInstantiate(&ge, g, 0));
-    for (int i = 0; i < 5; ++i) CK(cudaGraphLaunch(ge, s));  // warm-up
+    for (int i = 0; i < warm; ++i) CK(cudaGraphLaunch(ge, s));
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
@@ -154,7 +119,7 @@ double per_kernel_us(const Shape& sh, bool pdl, int n, int reps, cudaStream_t s,
     CK(cudaEventElapsedTime(&ms, a, b));
     unsigned long long got = 0;
     CK(cudaMemcpy(&got, v, sizeof(got), cudaMemcpyDeviceToHost));
-    const unsigned long long want = (unsigned long long)n * (reps + 5);
+    const unsigned long long want = (unsigned long long)n * (reps + warm);
     if (got != want) {
         std::fprintf(stderr, "launch_floor: chain value %llu, expected %llu\n", got, want);
         std::exit(1);
@@ -164,6 +129,23 @@ double per_kernel_us(const Shape& sh, bool pdl, int n, int reps, cudaStream_t s,
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     return ms * 1e3 / (double(reps) * n);
+}
+
+// One warp of I-instruction code: the same kernel n times, or two copies of it alternated.
+template <int I>
+double code_us(bool alternate, int n, int reps, cudaStream_t s, unsigned long long* v) {
+    return graph_us(n, 3, reps, s, v, [&](int i) {
+        launch(alternate && i % 2 ? code_kernel<I, 1> : code_kernel<I, 0>, 1, 32, 1, true, s, v);
+    });
+}
+
+struct Shape {
+    const char* what;
+    unsigned grid, block, cluster;
+};
+
+double per_kernel_us(const Shape& sh, bool pdl, int n, int reps, cudaStream_t s, unsigned long long* v) {
+    return graph_us(n, 5, reps, s, v, [&](int) { launch(chain_kernel, sh.grid, sh.block, sh.cluster, pdl, s, v); });
 }
 
 int main(int argc, char** argv) {
