@@ -403,7 +403,6 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
                                                                const int8_t* __restrict__ xq,
                                                                const float* __restrict__ xd,
                                                                float* __restrict__ y, int rows, int cols) {
-    pdl_begin();
     static_assert(NC % CS == 0, "the column split must divide the columns");
     constexpr int NCH = NC / CS;               // columns per thread
     constexpr int kLanes = 32 * P;
@@ -458,6 +457,9 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
         for (int s = 0; s < U; ++s)
             if (s < nq) issue(s, s);
     }
+    // The first U stages read weights only (no kernel writes them), so they are issued before
+    // the wait for the previous grid: they stream while it finishes. The activations and y wait.
+    pdl_begin();
     float acc[R][NCH];
 #pragma unroll
     for (int r = 0; r < R; ++r)
