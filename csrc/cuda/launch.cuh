@@ -19,6 +19,17 @@ __device__ __forceinline__ void pdl_begin() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// p, passed through an empty volatile asm: call it after pdl_begin on every pointer to data the
+// previous grid writes, when a kernel does work before the wait. The compiler may move loads
+// through `const __restrict__` pointers (ld.global.nc) above the wait's memory clobber (seen in
+// SASS: a table read hoisted above griddepcontrol.wait); a load through the returned pointer
+// depends on this asm, which stays after the wait's.
+template <class T>
+__device__ __forceinline__ T* after_wait(T* p) {
+    asm volatile("" : "+l"(p));
+    return p;
+}
+
 // kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute and, when cluster_x > 1,
 // thread-block clusters of cluster_x blocks along x; errors are left for cudaGetLastError (the
 // callers' launch checks).

@@ -460,6 +460,8 @@ __global__ void __launch_bounds__(32 * P * CS) mmvq_tma_kernel(const int8_t* __r
     // The first U stages read weights only (no kernel writes them), so they are issued before
     // the wait for the previous grid: they stream while it finishes. The activations and y wait.
     pdl_begin();
+    xq = after_wait(xq);
+    xd = after_wait(xd);
     float acc[R][NCH];
 #pragma unroll
     for (int r = 0; r < R; ++r)
