@@ -604,7 +604,7 @@ struct GpuSessionImpl {
         if (fixed) {  // one grouped launch per product, dispatched from the device table
             {
                 OpSpan span(timer(), st, kOpMatmul, "moe_up");
-                cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, run_slots, w, moe.tok_of_col, xq, xd, gu, s);
+                cuda::mmvq_grouped(L.up, moe.slots, moe.max_slots, run_slots, w, moe.tok_of_col, xq, xd, gu, s, w);
             }
             {
                 OpSpan span(timer(), st, kOpPerToken, "swiglu");
@@ -612,7 +612,7 @@ struct GpuSessionImpl {
             }
             {
                 OpSpan span(timer(), st, kOpMatmul, "moe_down");
-                cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, run_slots, w, nullptr, hq, hqd, y, s);
+                cuda::mmvq_grouped(L.down, moe.slots, moe.max_slots, run_slots, w, nullptr, hq, hqd, y, s, w);
             }
             st.weight_bytes += L.shared_w13.bytes + L.shared_w2.bytes;  // routed experts: counted on the device
             st.matmul_calls += 2;

@@ -243,12 +243,14 @@ __device__ __forceinline__ void mmvq_reduce_store(float (&acc)[R][NCH], float (*
 }
 
 // MODE 0 (register streaming) for one row group: each lane loads U chunks' blocks of its R rows,
-// then uses them. Any shape with cols % 32 == 0. Column c's activations start at xc[c];
-// store(r, c, v) writes row row0 + r of column c. part: the CTA's [warps][R][NC] partials.
-template <int NC, int R, int U, int P, class Store>
+// then uses them. Any shape with cols % 32 == 0. ready(xc, xdc) is called once by every thread,
+// before any activation is read or y written (kEarly: after the first weight loads are issued): it
+// waits for what the activations need (the PDL wait) and sets column c's activations to start
+// at xc[c] (scales xdc[c]). store(r, c, v) writes row row0 + r of column c. part: the CTA's
+// [warps][R][NC] partials.
+template <int NC, int R, int U, int P, bool kEarly, class Ready, class Store>
 __device__ __forceinline__ void mmvq_rows(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
-                                          const int8_t* const (&xc)[NC], const float* const (&xdc)[NC],
-                                          float (*part)[R][NC], int rows, int cols, Store store) {
+                                          Ready ready, float (*part)[R][NC], int rows, int cols, Store store) {
     constexpr int kLanes = 32 * P;
     constexpr int kChunkBlocks = kLanes;  // a lane owns one block per chunk
     constexpr int kChunkBytes = kQK * kChunkBlocks;
@@ -283,7 +285,34 @@ __device__ __forceinline__ void mmvq_rows(const int8_t* __restrict__ wq, const u
             wd[r] = ld_stream_u16(drow[r] + ch * kChunkBlocks);
         }
     };
+    const int8_t* xc[NC];
+    const float* xdc[NC];
     int ch = 0;
+    // kEarly: the first chunks (U of them, or the first one when fewer are full) are loaded
+    // before ready(); then the same chunk sequence as the loops below, so the same bits.
+    if constexpr (!kEarly) {
+        ready(xc, xdc);
+    } else if (U <= nfull) {
+        Q8Block32 wv[U][R];
+        unsigned short wd[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u) load(wv[u], wd[u], u);
+        ready(xc, xdc);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            mmvq_chunk<NC, R>(wv[u], wd[u], xc, xdc, size_t(u) * kChunkBytes + lo, u * kChunkBlocks + t, acc);
+        ch = U;
+    } else if (nchunks > 0) {
+        const bool mine = t < nb;
+        Q8Block32 wv[R];
+        unsigned short wd[R];
+        if (mine) load(wv, wd, 0);
+        ready(xc, xdc);
+        if (mine) mmvq_chunk<NC, R>(wv, wd, xc, xdc, size_t(lo), t, acc);
+        ch = 1;
+    } else {
+        ready(xc, xdc);  // lanes of an idle group still wait before anything is stored
+    }
     for (; ch + U <= nfull; ch += U) {
         Q8Block32 wv[U][R];
         unsigned short wd[U][R];
@@ -312,17 +341,17 @@ template <int NC, int R, int U, int P>
 __global__ void mmvq_kernel(const int8_t* __restrict__ wq, const uint16_t* __restrict__ wdp,
                             const int8_t* __restrict__ xq, const float* __restrict__ xd,
                             float* __restrict__ y, int rows, int cols) {
-    pdl_begin();
     __shared__ float part[kMmvqMaxWarps][R][NC];
     const int nb = cols / kQK;
-    const int8_t* xc[NC];
-    const float* xdc[NC];
+    pdl_begin();
+    auto ready = [&](const int8_t* (&xc)[NC], const float* (&xdc)[NC]) {
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-        xc[c] = xq + size_t(c) * cols;
-        xdc[c] = xd + size_t(c) * nb;
-    }
-    mmvq_rows<NC, R, U, P>(wq, wdp, xc, xdc, part, rows, cols,
+        for (int c = 0; c < NC; ++c) {
+            xc[c] = xq + size_t(c) * cols;
+            xdc[c] = xd + size_t(c) * nb;
+        }
+    };
+    mmvq_rows<NC, R, U, P, false>(wq, wdp, ready, part, rows, cols,
                            [&](int, int c, long long row, float v) { y[size_t(c) * rows + row] = v; });
 }
 
@@ -341,26 +370,37 @@ template <int NCMAX, int R, int U, int P>
 __global__ void __launch_bounds__(32 * kGroupWarps, 5) mmvq_group_kernel(const int8_t* const* __restrict__ mqs, const uint16_t* const* __restrict__ md,
                                   const int32_t* __restrict__ slots, int max_slots, const int32_t* __restrict__ x_row,
                                   const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                                  float* __restrict__ y, int rows, int cols) {
-    pdl_begin();
+                                  float* __restrict__ y, int rows, int cols, int lead) {
     __shared__ float part_raw[kMmvqMaxWarps * R * NCMAX];
     const int s = blockIdx.y;
-    if (s >= slots[0]) return;  // the whole block: no barrier reached
-    const int mat = slots[1 + s], base = slots[1 + max_slots + s], count = slots[1 + 2 * max_slots + s];
+    // Slot 0 known before the step (lead > 0: matrix 0 over columns 0 .. lead - 1): its blocks
+    // load their first weights before the PDL wait; every other slot is read from the table after it.
+    const bool early = s == 0 && lead > 0;
+    if (!early) {
+        pdl_begin();
+        if (s >= slots[0]) return;  // the whole block: no barrier reached
+    }
+    const int mat = early ? 0 : slots[1 + s];
+    const int base = early ? 0 : slots[1 + max_slots + s];
+    const int count = early ? lead : slots[1 + 2 * max_slots + s];
     const int nb = cols / kQK;
     const int8_t* wq = mqs[mat];
     const uint16_t* wd = md[mat];
     auto run = [&](auto nc_t) {
         constexpr int NC = decltype(nc_t)::value;
-        const int8_t* xc[NC];
-        const float* xdc[NC];
+        auto ready = [&](const int8_t* (&xc)[NC], const float* (&xdc)[NC]) {
+            if (early) pdl_begin();
+            const int32_t* xr = after_wait(x_row);
+            const int8_t* xqw = after_wait(xq);
+            const float* xdw = after_wait(xd);
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const int row = x_row ? x_row[base + c] : base + c;
-            xc[c] = xq + size_t(row) * cols;
-            xdc[c] = xd + size_t(row) * nb;
-        }
-        mmvq_rows<NC, R, U, P>(wq, wd, xc, xdc, reinterpret_cast<float (*)[R][NC]>(part_raw), rows, cols,
+            for (int c = 0; c < NC; ++c) {
+                const int row = xr ? xr[base + c] : base + c;
+                xc[c] = xqw + size_t(row) * cols;
+                xdc[c] = xdw + size_t(row) * nb;
+            }
+        };
+        mmvq_rows<NC, R, U, P, true>(wq, wd, ready, reinterpret_cast<float (*)[R][NC]>(part_raw), rows, cols,
                                [&](int, int c, long long r, float v) { y[size_t(base + c) * rows + r] = v; });
     };
     switch (count) {
@@ -946,14 +986,14 @@ void check_launch(const char* what) {
 namespace {
 template <int NCMAX, int R, int U>
 void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, const int32_t* x_row,
-                  const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
+                  const int8_t* xq, const float* xd, float* y, int lead, cudaStream_t s) {
     const int p = mmvq_warps_per_row(g.cols);
     const long long groups = (g.rows + R - 1) / R;
     const int per_cta = kGroupWarps / p;
     const dim3 grid(unsigned((groups + per_cta - 1) / per_cta), unsigned(run_slots));
     auto args = [&](auto fn) {
         prefer_l1(reinterpret_cast<const void*>(fn));
-        launch_kernel(fn, dim3(grid), dim3(kGroupWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols);
+        launch_kernel(fn, dim3(grid), dim3(kGroupWarps * 32), 0, s, g.qs, g.d, slots, max_slots, x_row, xq, xd, y, g.rows, g.cols, lead);
     };
     if (p == 4) args(mmvq_group_kernel<NCMAX, R, U, 4>);
     else if (p == 2) args(mmvq_group_kernel<NCMAX, R, U, 2>);
@@ -963,15 +1003,16 @@ void launch_group(const Q8Group& g, const int32_t* slots, int max_slots, int run
 }  // namespace
 
 void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, int max_count,
-                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s) {
+                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s, int lead) {
     if (g.qs == nullptr || g.d == nullptr || slots == nullptr || xq == nullptr || xd == nullptr || y == nullptr)
         throw std::invalid_argument("dq::cuda::mmvq_grouped: null pointer");
     if (g.rows <= 0 || g.cols <= 0 || g.cols % kQK != 0 || max_slots < 1 || run_slots < 1 || run_slots > max_slots)
         throw std::invalid_argument("dq::cuda::mmvq_grouped: bad shape");
     if (max_count < 1 || max_count > 4) throw std::invalid_argument("dq::cuda::mmvq_grouped: max_count must be 1..4");
+    if (lead < 0 || lead > max_count) throw std::invalid_argument("dq::cuda::mmvq_grouped: lead must be 0..max_count");
     // The register-streaming table's row counts (R = 4 at one column, 2 at 2..4); same bits at any R.
-    if (max_count == 1) launch_group<1, 4, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
-    else launch_group<4, 2, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, s);
+    if (max_count == 1) launch_group<1, 4, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, lead, s);
+    else launch_group<4, 2, 2>(g, slots, max_slots, run_slots, x_row, xq, xd, y, lead, s);
 }
 
 void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s) {

@@ -53,13 +53,17 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // row x_row[j] of X (x_row null: row j), its output row j of y [*, rows]. Counts are 1..max_count
 // (max_count <= 4). Each column is reduced in the canonical order of g.cols, so it is bitwise
 // equal to a 1-column mmvq() call of its matrix on it. Nothing is read back to the host.
+// lead > 0 promises that slot 0 is matrix 0 over columns 0 .. lead - 1 whatever the table says
+// (the forward's shared expert): its blocks then read their weights before waiting for the
+// previous kernel.
 struct Q8Group {
     const int8_t* const* qs;   // device [mats]: each matrix's qs (layout of Q8Weights)
     const uint16_t* const* d;  // device [mats]: its scales
     int rows, cols;            // the shape of every matrix
 };
 void mmvq_grouped(const Q8Group& g, const int32_t* slots, int max_slots, int run_slots, int max_count,
-                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s);
+                  const int32_t* x_row, const int8_t* xq, const float* xd, float* y, cudaStream_t s,
+                  int lead = 0);
 
 // Kernel launches made by this library and by the forward's ops on the calling thread so far
 // (benches report launches per step); check_launch(what) adds one after every launch and throws
