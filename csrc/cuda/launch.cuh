@@ -1,7 +1,9 @@
 // Kernel launches with programmatic dependent launch (PDL, Hopper): a kernel's grid may be
-// scheduled while the previous kernel on the stream drains, and waits at its first instruction
-// (pdl_begin) until that kernel has completed and its memory is visible, so the order and the
-// bits are those of plain stream order. Captured into CUDA graphs as programmatic edges.
+// scheduled while the previous kernel on the stream drains, and waits (pdl_begin) until that
+// kernel has completed and its memory is visible before it reads anything the kernel wrote or
+// writes anything, so the order and the bits are those of plain stream order. Before the wait a
+// kernel only touches data no kernel writes (weights: the bulk-copy and grouped MMVQ's first
+// loads, the HC boundary's L2 prefetches and gains). Captured into CUDA graphs as programmatic edges.
 // DQ_GPU_PDL=0 launches without it (same bits; an A/B switch for benches).
 #pragma once
 #include <cuda_runtime.h>
