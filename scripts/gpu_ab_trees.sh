@@ -10,7 +10,7 @@
 # the device tool's eight.
 #
 # Usage: OUT=dir [ROUNDS=2] bash scripts/gpu_ab_trees.sh TREE_A TREE_B [TREE_C ...]
-#   (DQ_AB_CUDA=OFF builds without CUDA: a dry run of the script's own steps on a machine
+#   (DQ_CUDA_BUILD=OFF builds without CUDA: a dry run of the script's own steps on a machine
 #   without a GPU, where the GPU tests skip and the prefill runs fail.)
 #   TREE_*: a source tree (a folder with pyproject.toml), e.g. . and .gpuwt/experiment (a copy of
 #   another branch made with `git archive`; carry it to the device). A is the reference.
@@ -39,21 +39,21 @@ say() { echo "$*" | tee -a "$summary"; }
 say "# on $(nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader 2>/dev/null | head -1)"
 for i in $(seq 0 $((n - 1))); do say "${names[$i]} = ${trees[$i]}"; done
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(( $(nproc) / n > 2 ? $(nproc) / n : 2 ))}
+source "$(dirname "$0")/cuda_install.sh"
 sites=()
 pids=()
 t0=$(date +%s)
 for i in $(seq 0 $((n - 1))); do
   sites+=("$(mktemp -d)")
-  python3 -m pip install --no-build-isolation --no-deps --no-cache-dir --target "${sites[$i]}" \
-    -C cmake.define.DQ_CUDA="${DQ_AB_CUDA:-ON}" "${trees[$i]}" >"$logs/build_${names[$i]}.log" 2>&1 &
+  cuda_install "$logs/build_${names[$i]}.log" "${trees[$i]}" "${sites[$i]}" >"$logs/status_${names[$i]}" 2>&1 &
   pids+=($!)
 done
 failed=0
 for i in $(seq 0 $((n - 1))); do
-  wait "${pids[$i]}"; rc=$?
-  say "build ${names[$i]}: exit $rc"
-  [ $rc = 0 ] || { failed=1; tail -20 "$logs/build_${names[$i]}.log" >&2; }
+  wait "${pids[$i]}" || failed=1
+  say "${names[$i]} $(tail -1 "$logs/status_${names[$i]}")"
 done
+[ $failed = 0 ] || cat "$logs"/status_* >&2
 say "builds: $(( $(date +%s) - t0 )) s"
 pack() { tar czf "$OUT/logs.tar.gz" -C "$logs" . ; }
 if [ $failed = 1 ]; then pack; exit 1; fi

@@ -32,7 +32,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parents[2]) not in sys.path:  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.gpu.registers import ROOT, build_flags, demangle  # noqa: E402
+from bench.gpu.registers import ROOT, build_flags, cuda_sources, demangle  # noqa: E402
 
 INSTR_BYTES = 16  # every sm_90 instruction
 SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)")
@@ -100,8 +100,7 @@ def main() -> int:
               file=sys.stderr)
         return 1
     report = {}
-    for src in sorted((ROOT / "csrc" / "cuda").glob("*.cu")):
-        print(f"compiling {src.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+    for src in cuda_sources():
         per = kernel_sizes(src, nvcc, nvdisasm)
         for mangled, name in zip(per, demangle(list(per))):
             if args.filter in name:

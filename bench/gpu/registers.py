@@ -81,6 +81,13 @@ def build_flags(source: Path) -> list[str]:
     return flags
 
 
+def cuda_sources():
+    """csrc/cuda/*.cu in name order, each announced on stderr as it is compiled (both reports)."""
+    for src in sorted((ROOT / "csrc" / "cuda").glob("*.cu")):
+        print(f"compiling {src.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+        yield src
+
+
 def compile_report(source: Path, nvcc: str) -> list[dict]:
     flags = [*build_flags(source), "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xptxas", "-v"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,8 +120,7 @@ def main() -> int:
         print("error: nvcc is not on PATH (this report compiles csrc/cuda with ptxas -v)", file=sys.stderr)
         return 1
     rows = []
-    for src in sorted((ROOT / "csrc" / "cuda").glob("*.cu")):
-        print(f"compiling {src.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+    for src in cuda_sources():
         rows += [r for r in compile_report(src, nvcc) if args.filter in r["kernel"]]
     for r in rows:
         r["ctas_per_sm"] = {t: ctas_per_sm(r["regs"], t) for t in threads}
