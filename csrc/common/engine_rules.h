@@ -29,12 +29,15 @@ struct NoSync {
 };
 
 // Routing of one token from its router logits [E]. Hash layers (tid2eid non-null) take experts
-// tid2eid[token * K + k]; learned layers take the top-k of score + bias (repeated argmax, the
-// lowest index wins ties), score = sqrt(softplus(logit)). Weights: the chosen scores
-// renormalized over the k slots, times routed_scale (the bias never enters).
-// scratch: [2 * E]; ids / wts: [K]. Lanes lane = 0 .. nlanes - 1 compute the scores (one lane per
-// expert, each the serial operations), sync() orders them, then lane 0 alone selects and writes
-// ids / wts: any nlanes gives the serial bits (CPU: one lane; GPU: one warp, __syncwarp).
+// tid2eid[token * K + k]; learned layers take the top-k of sel = score + bias in the order (sel
+// descending, index ascending: the lowest index wins ties; a NaN or -inf sel is never taken),
+// score = sqrt(softplus(logit)). Weights: the chosen scores renormalized over the k slots, times
+// routed_scale (the bias never enters). Needs K selectable experts (finite sel).
+// scratch: [2 * E]; ids / wts: [K]. Lanes lane = 0 .. nlanes - 1 take experts e = lane, lane +
+// nlanes, ...: each computes its experts' scores, then (after sync()) each expert's rank, the
+// count of experts ahead of it in that order, and writes ids[rank] when rank < K; after a second
+// sync() lane 0 alone writes the weights. Integer ranks and the serial operations per value, so
+// any nlanes gives the same ids and bits (CPU: one lane; GPU: one warp, __syncwarp).
 template <class Sync>
 DQ_HD void route_from_logits(const float* logits, const float* bias, const int32_t* tid2eid, int token, int E,
                              int K, float routed_scale, int32_t* ids, float* wts, float* scratch, int lane,
@@ -46,20 +49,22 @@ DQ_HD void route_from_logits(const float* logits, const float* bias, const int32
         sel[e] = score[e] + bias[e];
     }
     sync();
-    if (lane != 0) return;
     if (tid2eid != nullptr) {
-        for (int k = 0; k < K; ++k) ids[k] = tid2eid[size_t(token) * K + k];
+        for (int k = lane; k < K; k += nlanes) ids[k] = tid2eid[size_t(token) * K + k];
     } else {
-        for (int k = 0; k < K; ++k) {
-            int best = -1;
-            for (int e = 0; e < E; ++e) {
-                if (sel[e] == -INFINITY) continue;
-                if (best < 0 || sel[e] > sel[best]) best = e;
+        for (int e = lane; e < E; e += nlanes) {
+            const float v = sel[e];
+            if (!(v > -INFINITY)) continue;  // -inf or NaN: never taken
+            int rank = 0;
+            for (int f = 0; f < E; ++f) {
+                const float u = sel[f];
+                rank += (u > v || (u == v && f < e)) ? 1 : 0;
             }
-            ids[k] = best;
-            sel[best] = -INFINITY;
+            if (rank < K) ids[rank] = e;
         }
     }
+    sync();
+    if (lane != 0) return;
     float sum = 0.0f;
     for (int k = 0; k < K; ++k) sum += score[ids[k]];
     for (int k = 0; k < K; ++k) wts[k] = score[ids[k]] / sum * routed_scale;

@@ -165,18 +165,16 @@ struct WarpSync {
     __device__ void operator()() const { __syncwarp(); }
 };
 
-// The router tail of token j (warp 0 of the token's block 0), each rule shared by the lanes:
-// scale the logits by inv, rules::route_from_logits on shared copies (a lane per expert's
-// score, lane 0 selects), publish the token's ids / weights; the token that finishes last (an
+// The router tail of token j (warp 0 of the token's block 0; pos the step's position, token
+// its id, read at the kernel's start), each rule shared by the lanes: scale the logits by inv,
+// rules::route_from_logits on shared copies (a lane per expert's score and rank), publish the token's ids / weights; the token that finishes last (an
 // atomic count; at w = 1 the only one) lays out the step's MoE table from every token's ids
 // (rules::moe_columns, a lane per expert; the slots by lane 0) and counts the routed experts'
 // bytes and calls.
-__device__ void route_token(const HcStepArgs& a, int w, int j, float* logits, float inv, const float* bias,
-                            float* scratch, int32_t* ids_sh, float* wts_sh, int32_t* all_ids, int32_t* base,
-                            int32_t* count) {
+__device__ void route_token(const HcStepArgs& a, int w, int j, int pos, int token, float* logits, float inv,
+                            const float* bias, float* scratch, int32_t* ids_sh, float* wts_sh, int32_t* all_ids,
+                            int32_t* base, int32_t* count) {
     const int E = a.n_experts, K = a.top_k, lane = threadIdx.x & 31;
-    const int pos = *a.pos;
-    const int token = a.tokens[pos + j];
     for (int e = lane; e < E; e += 32) logits[e] = logits[e] * inv;
     __syncwarp();
     rules::route_from_logits(logits, bias, a.tid2eid, token, E, K, a.routed_scale, ids_sh, wts_sh, scratch, lane, 32,
@@ -258,6 +256,11 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
     if (!pre_out)
         for (int i = threadIdx.x; i < hc; i += blockDim.x) hcw[i] = a.hc_final[i];
     pdl_begin();
+    // The router's position and token id, loaded now so the tail does not wait on them (the id
+    // only where a hash layer needs it).
+    const bool router_warp = pre_out && a.router && b == 0 && threadIdx.x < 32;
+    const int rpos = router_warp ? *a.pos : 0;
+    const int rtoken = router_warp && a.tid2eid != nullptr ? a.tokens[rpos + j] : 0;
     float* X = a.X + size_t(j) * hc * d;
     const int K = a.top_k;
 
@@ -350,8 +353,8 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
     block_quantize_row(xs, cs, a.xq + size_t(j) * d + c0, a.xd + (size_t(j) * d + c0) / 32);
 
     // 3. Routing by warp 0 of block 0, M (Sinkhorn) by warp 0 of the last block.
-    if (pre_out && a.router && b == 0 && threadIdx.x < 32)
-        route_token(a, w, j, logits, inv, bias, rscratch, ids_sh, wts_sh, all_ids, base_sh, count_sh);
+    if (router_warp)
+        route_token(a, w, j, rpos, rtoken, logits, inv, bias, rscratch, ids_sh, wts_sh, all_ids, base_sh, count_sh);
     if (pre_out && b == C - 1 && threadIdx.x < 32)
         sinkhorn_lanes(a.p.static_res, a.p.dyn_scale, dyn, hc, a.sinkhorn_iters, a.M_out + size_t(j) * hc * hc);
     cl.sync();  // no block leaves while another may still read its shared memory
