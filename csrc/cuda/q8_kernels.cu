@@ -375,7 +375,10 @@ __global__ void __launch_bounds__(32 * kGroupWarps, 5) mmvq_group_kernel(const i
     const int s = blockIdx.y;
     // Slot 0 known before the step (lead > 0: matrix 0 over columns 0 .. lead - 1): its blocks
     // load their first weights before the PDL wait; every other slot is read from the table after it.
-    const bool early = s == 0 && lead > 0;
+    // One-column form only: the 4-column form spills more with the early path (24/76 bytes
+    // against 12/12) and ran q4 0.8% slower with it.
+    constexpr bool kEarlyForm = NCMAX == 1;
+    const bool early = kEarlyForm && s == 0 && lead > 0;
     if (!early) {
         pdl_begin();
         if (s >= slots[0]) return;  // the whole block: no barrier reached
@@ -400,7 +403,7 @@ __global__ void __launch_bounds__(32 * kGroupWarps, 5) mmvq_group_kernel(const i
                 xdc[c] = xdw + size_t(row) * nb;
             }
         };
-        mmvq_rows<NC, R, U, P, true>(wq, wd, ready, reinterpret_cast<float (*)[R][NC]>(part_raw), rows, cols,
+        mmvq_rows<NC, R, U, P, kEarlyForm>(wq, wd, ready, reinterpret_cast<float (*)[R][NC]>(part_raw), rows, cols,
                                [&](int, int c, long long r, float v) { y[size_t(base + c) * rows + r] = v; });
     };
     switch (count) {
