@@ -26,16 +26,19 @@ namespace {
 
 constexpr int kHcThreads = 512;  // threads per block at most (one channel each at d / C = 512)
 constexpr int kMaxWarps = kHcThreads / 32;
-constexpr int kMaxCluster = 8;  // hc_cluster's largest C
+constexpr int kMaxCluster = 16;  // hc_cluster's largest C (16: a non-portable cluster size)
 constexpr int kRed = 32;         // values per cluster reduction: up to 31 dots, then a sum of squares
 constexpr int kMaxHc = kHcMaxHc;
 constexpr int kMaxTopK = kHcMaxTopK;
 constexpr int kMaxExperts = kHcMaxExperts;
 static_assert(2 * kMaxHc + kMaxHc * kMaxHc + 1 <= kRed && kMaxExperts + 1 <= kRed, "one cluster reduction");
 
-// Blocks per token: the largest of 8, 4, 2, 1 that splits d into whole Q8_0 blocks (d only).
-int hc_cluster(int d) {
+// Blocks per token: the largest of 16, 8, 4, 2, 1 that splits d into whole Q8_0 blocks, at 16
+// only with at least 256 channels per block and where the GPU allows a non-portable cluster size
+// (d and the device only: fixed for a run, whatever the step width).
+int hc_cluster(int d, bool allow16) {
     const int nb = d / 32;
+    if (allow16 && nb % 16 == 0 && d / 16 >= 256) return 16;
     for (int c : {8, 4, 2})
         if (nb % c == 0) return c;
     return 1;
@@ -379,7 +382,13 @@ void launch_hc_step(const HcStepArgs& a, int w, cudaStream_t s) {
     if (w < 1 || w > kMaxStep)
         throw std::invalid_argument("hc_step: step width must be 1.." + std::to_string(kMaxStep) + ", got " +
                                     std::to_string(w));
-    const int C = hc_cluster(a.d), cs = a.d / C;
+    static const bool allow16 = [] {  // clusters above 8 blocks are opt-in per kernel; else C <= 8
+        const bool ok =
+            cudaFuncSetAttribute(k_hc_step, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+        if (!ok) (void)cudaGetLastError();  // clear the refusal; the portable sizes follow
+        return ok;
+    }();
+    const int C = hc_cluster(a.d, allow16), cs = a.d / C;
     const size_t smem = sizeof(float) * (size_t(a.hc) + 2) * cs;
     launch_kernel_cluster(k_hc_step, dim3(C, w), dim3(hc_threads(cs)), smem, unsigned(C), s, a, w);
     check_launch("hc_step");

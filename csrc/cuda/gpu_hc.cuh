@@ -3,8 +3,8 @@
 // post) fused with their consumer (the next sublayer's HC pre + norm + Q8_0 activations, for the
 // FFN also the router and the MoE table; or the final mix + norm before the LM head).
 //
-// Exactness: one thread-block cluster of C blocks per token (C = hc_cluster(d): a function of
-// d only); block b owns the channels [b d/C, (b+1) d/C). Every reduction over d (the rms of the
+// Exactness: one thread-block cluster of C blocks per token (C = hc_cluster(d, allow16): a
+// function of d and of whether the GPU allows 16-block clusters, fixed for a run); block b owns the channels [b d/C, (b+1) d/C). Every reduction over d (the rms of the
 // stream mean, the dyn dots, the rms of x_in, the router dots) is the block tree over the
 // slice, then the C block partials added in rank order through distributed shared memory: a
 // fixed tree per token, whatever the step width; nothing reduces across tokens. The step's
