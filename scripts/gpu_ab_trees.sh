@@ -18,7 +18,11 @@ set -uo pipefail
 if [ $# -lt 2 ]; then echo "usage: OUT=dir [ROUNDS=2] bash scripts/gpu_ab_trees.sh TREE_A TREE_B [TREE_C ...]" >&2; exit 2; fi
 trees=()
 for tree in "$@"; do
-  if [ ! -f "$tree/pyproject.toml" ]; then echo "error: $tree is not a source tree (no pyproject.toml)" >&2; exit 2; fi
+  if [ ! -f "$tree/pyproject.toml" ]; then
+    echo "error: $tree is not a source tree (no pyproject.toml)" >&2
+    case "$tree" in .gpuwt/*|./.gpuwt/*) echo "  .gpuwt/ is git-ignored: name $tree in the device call's carry list" >&2 ;; esac
+    exit 2
+  fi
   abs=$(cd "$tree" && pwd)
   for seen in "${trees[@]}"; do
     if [ "$seen" = "$abs" ]; then echo "error: $tree is given twice (each tree builds in its own folder)" >&2; exit 2; fi
