@@ -10,22 +10,35 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then echo "usage: bash scripts/gpu_prepare_trees.sh BRANCH[=NAME] [BRANCH[=NAME] ...]" >&2; exit 2; fi
 if [ $# -gt 7 ]; then echo "error: at most 7 branches (gpu_ab_trees.sh takes 8 trees, the first is this checkout), got $#" >&2; exit 2; fi
-carry=()
-trees=()
+# Every argument is checked (branch, name, no name twice) before anything is copied.
+branches=()
+names=()
 for arg in "$@"; do
   branch=${arg%%=*}
   name=${arg#*=}
   [ "$name" != "$arg" ] || name=${branch#gpu-}
-  case "$name" in ''|*[!A-Za-z0-9._-]*) echo "error: tree name must be letters, digits, '.', '_' or '-', got '$name'" >&2; exit 2 ;; esac
+  case "$name" in ''|.*|*[!A-Za-z0-9._-]*)
+    echo "error: tree name must be letters, digits, '.', '_' or '-', not starting with '.', got '$name'" >&2; exit 2 ;;
+  esac
   if ! git rev-parse --verify --quiet "$branch^{commit}" >/dev/null; then
     echo "error: $branch is not a branch or commit here" >&2; exit 2
   fi
+  for seen in ${names[@]+"${names[@]}"}; do
+    if [ "$seen" = "$name" ]; then echo "error: tree name $name is given twice" >&2; exit 2; fi
+  done
+  branches+=("$branch")
+  names+=("$name")
+done
+mkdir -p .gpuwt
+carry=""
+trees=""
+for i in "${!names[@]}"; do
+  branch=${branches[$i]} name=${names[$i]}
   rm -rf ".gpuwt/$name"
-  mkdir -p .gpuwt
   git archive --prefix="$name/" "$branch" | tar -x -C .gpuwt
   echo "$branch ($(git rev-parse --short "$branch")) -> .gpuwt/$name"
-  carry+=("\".gpuwt/$name\"")
-  trees+=(".gpuwt/$name")
+  carry+="${carry:+, }\".gpuwt/$name\""
+  trees+=" .gpuwt/$name"
 done
-echo "carry: [$(IFS=,; echo "${carry[*]}" | sed 's/,/, /g')]"
-echo "command: OUT=\$OUT ROUNDS=1 bash scripts/gpu_ab_trees.sh . ${trees[*]}"
+echo "carry: [$carry]"
+echo "command: OUT=\$OUT ROUNDS=1 bash scripts/gpu_ab_trees.sh .$trees"

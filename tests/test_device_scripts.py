@@ -29,6 +29,21 @@ def test_prepare_trees_rejects_a_bad_name():
     assert r.returncode == 2 and "tree name must be" in r.stderr
 
 
+def test_prepare_trees_rejects_a_name_given_twice():
+    r = run("gpu_prepare_trees.sh", "HEAD=same", "HEAD=same")
+    assert r.returncode == 2 and "tree name same is given twice" in r.stderr
+
+
+def test_prepare_trees_copies_nothing_when_a_later_argument_is_bad():
+    first = ROOT / ".gpuwt" / "dq-test-never-copied"
+    r = run("gpu_prepare_trees.sh", f"HEAD={first.name}", "no-such-branch-anywhere")
+    copied = first.exists()
+    if copied:  # clean up what a regression would leave in the checkout's ignored folder
+        subprocess.run(["rm", "-rf", str(first)], check=True)
+    assert r.returncode == 2 and "no-such-branch-anywhere is not a branch" in r.stderr
+    assert not copied
+
+
 def test_prepare_trees_takes_at_most_seven():
     r = run("gpu_prepare_trees.sh", *["HEAD"] * 8)
     assert r.returncode == 2 and "at most 7 branches" in r.stderr
