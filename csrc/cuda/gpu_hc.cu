@@ -170,10 +170,10 @@ struct WarpSync {
 
 // The router tail of token j (warp 0 of the token's block 0; pos the step's position, token
 // its id, read at the kernel's start), each rule shared by the lanes: scale the logits by inv,
-// rules::route_from_logits on shared copies (a lane per expert's score and rank), publish the token's ids / weights; the token that finishes last (an
-// atomic count; at w = 1 the only one) lays out the step's MoE table from every token's ids
-// (rules::moe_columns, a lane per expert; the slots by lane 0) and counts the routed experts'
-// bytes and calls.
+// rules::route_from_logits on shared copies (a lane per expert's score and rank), publish the
+// token's ids / weights; the token that finishes last (an atomic count; at w = 1 the only one)
+// lays out the step's MoE table from every token's ids (rules::moe_columns, a lane per expert;
+// the slots by lane 0) and counts the routed experts' bytes and calls.
 __device__ void route_token(const HcStepArgs& a, int w, int j, int pos, int token, float* logits, float inv,
                             const float* bias, float* scratch, int32_t* ids_sh, float* wts_sh, int32_t* all_ids,
                             int32_t* base, int32_t* count) {

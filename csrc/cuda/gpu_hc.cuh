@@ -4,9 +4,9 @@
 // FFN also the router and the MoE table; or the final mix + norm before the LM head).
 //
 // Exactness: one thread-block cluster of C blocks per token (C = hc_cluster(d, allow16): a
-// function of d and of whether the GPU allows 16-block clusters, fixed for a run); block b owns the channels [b d/C, (b+1) d/C). Every reduction over d (the rms of the
-// stream mean, the dyn dots, the rms of x_in, the router dots) is the block tree over the
-// slice, then the C block partials added in rank order through distributed shared memory: a
+// function of d and of whether the GPU allows 16-block clusters, fixed for a run); block b owns
+// the channels [b d/C, (b+1) d/C). Every reduction over d (the rms of the stream mean, the dyn
+// dots, the rms of x_in, the router dots) is the block tree over the slice, then the C block partials added in rank order through distributed shared memory: a
 // fixed tree per token, whatever the step width; nothing reduces across tokens. The step's
 // MoE table is laid out by the router thread of the token that finishes routing last (an
 // atomic count), from every token's ids: a function of the ids, not of who lays it out.

@@ -375,8 +375,8 @@ __global__ void __launch_bounds__(32 * kGroupWarps, 5) mmvq_group_kernel(const i
     const int s = blockIdx.y;
     // Slot 0 known before the step (lead > 0: matrix 0 over columns 0 .. lead - 1): its blocks
     // load their first weights before the PDL wait; every other slot is read from the table after it.
-    // One-column form only: the 4-column form spills more with the early path (24/76 bytes
-    // against 12/12) and ran q4 0.8% slower with it.
+    // One-column form only: with the early path the 4-column form spilled 24/76 bytes (none
+    // without), and q4 ran 1150 -> 1135 us/step without it there (H200, 2 December).
     constexpr bool kEarlyForm = NCMAX == 1;
     const bool early = kEarlyForm && s == 0 && lead > 0;
     if (!early) {

@@ -54,8 +54,8 @@ void mmq(const Q8Weights& w, const Q8Acts& x, float* y, cudaStream_t s);
 // (max_count <= 4). Each column is reduced in the canonical order of g.cols, so it is bitwise
 // equal to a 1-column mmvq() call of its matrix on it. Nothing is read back to the host.
 // lead > 0 promises that slot 0 is matrix 0 over columns 0 .. lead - 1 whatever the table says
-// (the forward's shared expert): its blocks then read their weights before waiting for the
-// previous kernel.
+// (the forward's shared expert): in the one-column form (max_count 1) its blocks then read their
+// first weights before waiting for the previous kernel.
 struct Q8Group {
     const int8_t* const* qs;   // device [mats]: each matrix's qs (layout of Q8Weights)
     const uint16_t* const* d;  // device [mats]: its scales
