@@ -20,7 +20,7 @@ using cuda::pdl_begin;
 namespace {
 
 constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
-constexpr int kHeadBlock = 512;  // threads per (token, head) attention block
+constexpr int kHeadBlock = 1024;  // threads per (token, head) attention block
 constexpr int kRopeBlock = 256;  // threads per (token, head) norm + RoPE block
 constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
 constexpr int kSwigluBlock = 256;  // threads per SwiGLU block: 8 warps, a Q8_0 block each

@@ -13,7 +13,7 @@ namespace dq { namespace gpu {
 
 // Key groups of the attention output: group g sums its slice of the keys, the partials are
 // added in group order (AttendArgs' scratch holds kAttnGroups * head_dim partials).
-constexpr int kAttnGroups = 8;
+constexpr int kAttnGroups = 16;
 
 // Hyper-connection parameters of one sublayer on the device (see HCParams).
 struct DevHC {
