@@ -331,7 +331,7 @@ struct GpuSessionImpl {
     int max_rows;
     int32_t* tokens;  // [ctx] ids by position
     // post/M: [2][w, hc] / [2][w, hc, hc], the attention's pre (0) and the FFN's (1).
-    float *X, *post, *M, *proj, *attn, *o, *wts, *gu, *h, *y, *scores, *step_logits;
+    float *X, *post, *M, *proj, *attn, *o, *wts, *gu, *y, *scores, *step_logits;
     int8_t *xq, *aq, *xg, *hq;
     float *xd, *ad, *xgd, *hqd;
     int32_t* ids;
@@ -382,7 +382,6 @@ struct GpuSessionImpl {
         ids = arena.alloc<int32_t>(W * K);
         wts = arena.alloc<float>(W * K);
         gu = arena.alloc<float>(R * 2 * f);
-        h = arena.alloc<float>(R * f);
         y = arena.alloc<float>(R * d);
         step_logits = arena.alloc<float>(W * c.vocab);
         xq = arena.alloc<int8_t>(W * d);
@@ -608,7 +607,7 @@ struct GpuSessionImpl {
             }
             {
                 OpSpan span(timer(), st, kOpPerToken, "swiglu");
-                launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
+                launch_swiglu(gu, hq, hqd, rows, f, c.swiglu_limit, s);
             }
             {
                 OpSpan span(timer(), st, kOpMatmul, "moe_down");
@@ -645,7 +644,7 @@ struct GpuSessionImpl {
             }
             {
                 OpSpan span(timer(), st, kOpPerToken, "swiglu");
-                launch_swiglu(gu, h, hq, hqd, rows, f, c.swiglu_limit, s);
+                launch_swiglu(gu, hq, hqd, rows, f, c.swiglu_limit, s);
             }
             mm(L.shared_w2, hq, hqd, w, y, mode, st, "moe_down");
             for (int i = 1; i < n; ++i) {

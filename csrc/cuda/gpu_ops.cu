@@ -20,9 +20,11 @@ using cuda::pdl_begin;
 namespace {
 
 constexpr int kTokBlock = 1024;  // threads per token block (elementwise and norm work over d)
-constexpr int kHeadBlock = 512;  // threads per (token, head) attention block
+constexpr int kHeadBlock = 1024;  // threads per (token, head) attention block
 constexpr int kRopeBlock = 256;  // threads per (token, head) norm + RoPE block
 constexpr int kPoolBlock = 128;  // threads of the compressor pool (one per channel)
+constexpr int kSwigluBlock = 256;  // threads per SwiGLU block: 8 warps, a Q8_0 block each
+constexpr size_t kAttendSmemMax = 48 * 1024;  // attention scratch in shared memory up to this
 
 
 // Neox RoPE on the last rope_dim dims of one head row (thread per pair).
@@ -54,10 +56,17 @@ __global__ void k_qk_rope(QkRopeArgs a) {
     }
 }
 
-__global__ void k_attend(AttendArgs a) {
+// kSmem: the scores, the group partials and the output row live in shared memory (smem [hd +
+// score_stride] floats), else in the global scratch (long contexts). Same operations in the
+// same order either way, so the same bits; in shared memory no score store can alias the key
+// loads, so the compiler issues a warp's next keys before this one's store and the softmax and
+// output loops read no L2 round trips back.
+template <bool kSmem>
+__global__ void __launch_bounds__(kHeadBlock) k_attend(AttendArgs a) {
     pdl_begin();
-    extern __shared__ float qsh[];  // [head_dim] the query head
+    extern __shared__ float smem[];  // [head_dim] the query head (then the output row), then kSmem's scratch
     __shared__ float sh[32];
+    float* qsh = smem;
     const int item = blockIdx.x;
     const int j = a.j0 + item / a.n_heads, h = item % a.n_heads;
     const int pos = *a.pos + j, hd = a.head_dim;
@@ -74,17 +83,19 @@ __global__ void k_attend(AttendArgs a) {
     const int lo = max(0, pos - a.n_swa + 1);
     const int nwin = pos - lo + 1, nc = *a.n_compressed, n = nc + nwin;
     const float scale = 1.0f / sqrtf(float(hd));
-    float* s = a.scores + size_t(item) * a.score_stride;
+    // The keys and values: rows no kernel writes while this one runs (read-only loads).
+    const float* __restrict__ comp = a.compressed;
+    const float* __restrict__ win = a.window;
+    float* s = kSmem ? smem + hd : a.scores + size_t(item) * a.score_stride;
     // One warp per key row (coalesced): lane l sums channels l, l + 32, ... in order, then the
     // warp's xor butterfly; a fixed tree per (token, head), whatever the step width.
     {
         const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll 4
+#pragma unroll 8
         for (int i = wid; i < n; i += nw) {
-            const float* key = i < nc ? a.compressed + size_t(i) * hd
-                                      : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
+            const float* key = i < nc ? comp + size_t(i) * hd : win + size_t((lo + i - nc) % a.window_cap) * hd;
             float acc = 0.0f;
-            for (int k = lane; k < hd; k += 32) acc += qsh[k] * key[k];
+            for (int k = lane; k < hd; k += 32) acc += qsh[k] * __ldg(key + k);
             acc = warp_sum(acc);
             if (lane == 0) s[i] = acc * scale;
         }
@@ -109,24 +120,25 @@ __global__ void k_attend(AttendArgs a) {
     for (int k = threadIdx.x % per_group; k < hd; k += per_group) {
         const int i0 = g * chunk, i1 = min(n, i0 + chunk);
         float acc = 0.0f;
-#pragma unroll 8
+#pragma unroll 16
         for (int i = i0; i < i1; ++i) {
-            const float* v = i < nc ? a.compressed + size_t(i) * hd
-                                    : a.window + size_t((lo + i - nc) % a.window_cap) * hd;
-            acc += (s[i] * inv) * v[k];
+            const float* v = i < nc ? comp + size_t(i) * hd : win + size_t((lo + i - nc) % a.window_cap) * hd;
+            acc += (s[i] * inv) * __ldg(v + k);
         }
         part_out[size_t(g) * hd + k] = acc;
     }
     __syncthreads();
     float* out = a.out + size_t(j) * a.q_dim + size_t(h) * hd;
+    float* row = kSmem ? qsh : out;  // the row the quantization reads (qsh is free after the scores)
     for (int k = threadIdx.x; k < hd; k += blockDim.x) {
         float acc = part_out[k];
         for (int gg = 1; gg < kAttnGroups; ++gg) acc += part_out[size_t(gg) * hd + k];
         out[k] = acc;
+        if (kSmem) row[k] = acc;
     }
     __syncthreads();  // this head's slice of the row is whole Q8_0 blocks (head_dim % 32 == 0)
     const size_t off = size_t(j) * a.q_dim + size_t(h) * hd;
-    block_quantize_row(out, hd, a.out_q + off, a.out_d + off / 32);
+    block_quantize_row(row, hd, a.out_q + off, a.out_d + off / 32);
 }
 
 __global__ void k_pool(PoolArgs a) {
@@ -180,19 +192,20 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
     for (int i = threadIdx.x; i < nb; i += blockDim.x) xgd[size_t(r) * nb + i] = xd[size_t(t) * nb + i];
 }
 
-__global__ void k_swiglu(const float* gu, float* h, int f, float limit, int8_t* hq, float* hd) {
+// One warp per Q8_0 block of an output row: rows * f / 32 warps, kSwigluBlock threads a block.
+// The warp's 32 values stay in registers from the activation to the quantization (no barrier,
+// no row round trip through memory); the same expression and quantization as before.
+__global__ void k_swiglu(const float* gu, int rows, int f, float limit, int8_t* hq, float* hd) {
     pdl_begin();
-    const int r = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int nbf = f / 32, blk = blockIdx.x * (kSwigluBlock / 32) + (threadIdx.x >> 5);
+    if (blk >= rows * nbf) return;  // whole warps only: the shuffles below see every lane
+    const int r = blk / nbf, i = (blk % nbf) * 32 + lane;
     const float* g = gu + size_t(r) * 2 * f;
-    const float* u = g + f;
-    float* hr = h + size_t(r) * f;
-    for (int i = threadIdx.x; i < f; i += blockDim.x) {
-        const float gi = fminf(g[i], limit);
-        const float ui = fminf(fmaxf(u[i], -limit), limit);
-        hr[i] = gi / (1.0f + expf(-gi)) * ui;
-    }
-    __syncthreads();
-    block_quantize_row(hr, f, hq + size_t(r) * f, hd + size_t(r) * (f / 32));
+    const float gi = fminf(g[i], limit);
+    const float ui = fminf(fmaxf(g[f + i], -limit), limit);
+    const float v = gi / (1.0f + expf(-gi)) * ui;
+    warp_quantize_block(v, lane, hq + size_t(r) * f + size_t(i - lane), hd + size_t(r) * nbf + (blk % nbf));
 }
 
 __global__ void k_step_end(int* pos, const float* logits, float* out_logits, float* last_logits, int w, int vocab) {
@@ -212,7 +225,14 @@ void launch_qk_rope(const QkRopeArgs& a, int w, cudaStream_t s) {
 }
 
 void launch_attend(const AttendArgs& a, int ntok, cudaStream_t s) {
-    launch_kernel(k_attend, dim3(ntok * a.n_heads), dim3(kHeadBlock), sizeof(float) * size_t(a.head_dim), s, a);
+    // The scratch in shared memory while it fits the default 48 KB (ds4-gpu at ctx 4096: 9.2 KB),
+    // else in the global scratch: a function of the model only, fixed for a run.
+    const size_t smem = sizeof(float) * (size_t(a.head_dim) + a.score_stride);
+    if (smem <= kAttendSmemMax)
+        launch_kernel(k_attend<true>, dim3(ntok * a.n_heads), dim3(kHeadBlock), smem, s, a);
+    else
+        launch_kernel(k_attend<false>, dim3(ntok * a.n_heads), dim3(kHeadBlock), sizeof(float) * size_t(a.head_dim),
+                      s, a);
     check_launch("attend");
 }
 
@@ -227,9 +247,10 @@ void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row,
     check_launch("gather");
 }
 
-void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
-                   cudaStream_t s) {
-    launch_kernel(k_swiglu, dim3(rows), dim3(kTokBlock), 0, s, gu, h, f, limit, hq, hqd);
+void launch_swiglu(const float* gu, int8_t* hq, float* hqd, int rows, int f, float limit, cudaStream_t s) {
+    const int warps = rows * (f / 32), per_block = kSwigluBlock / 32;
+    launch_kernel(k_swiglu, dim3((warps + per_block - 1) / per_block), dim3(kSwigluBlock), 0, s, gu, rows, f, limit,
+                  hq, hqd);
     check_launch("swiglu");
 }
 

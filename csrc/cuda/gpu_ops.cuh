@@ -13,7 +13,7 @@ namespace dq { namespace gpu {
 
 // Key groups of the attention output: group g sums its slice of the keys, the partials are
 // added in group order (AttendArgs' scratch holds kAttnGroups * head_dim partials).
-constexpr int kAttnGroups = 8;
+constexpr int kAttnGroups = 16;
 
 // Hyper-connection parameters of one sublayer on the device (see HCParams).
 struct DevHC {
@@ -86,10 +86,9 @@ struct DevMoe {
 void launch_gather(const int8_t* xq, const float* xd, const int32_t* tok_of_row, int rows, int d, int8_t* xg,
                    float* xgd, cudaStream_t s);
 
-// h [rows, f] = clamped SwiGLU of gu [rows, 2f] (gate | up), and its Q8_0 activations
-// hq [rows, f] / hqd [rows, f/32].
-void launch_swiglu(const float* gu, float* h, int8_t* hq, float* hqd, int rows, int f, float limit,
-                   cudaStream_t s);
+// The Q8_0 activations hq [rows, f] / hqd [rows, f/32] of the clamped SwiGLU of gu [rows, 2f]
+// (gate | up); the F32 row itself is not stored (nothing reads it on the GPU).
+void launch_swiglu(const float* gu, int8_t* hq, float* hqd, int rows, int f, float limit, cudaStream_t s);
 
 // Step end (one block): logits [w, vocab] -> out_logits rows pos .. pos + w - 1 and last_logits,
 // then pos += w.

@@ -47,22 +47,25 @@ __device__ __forceinline__ void block_rms_norm(const float* x, const float* gain
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = gain ? x[i] * inv * gain[i] : x[i] * inv;
 }
 
-// Quantizes row x [n] (n % 32 == 0) to Q8_0 activations, one warp per 32-value block: the
-// semantics of quantize_row_q8_0_ref / dq::cuda::quantize_q8 (d = amax / 127, q = round(x / d)
-// clamped to +-127, the scale stored fp16-rounded as a float). Call after a barrier that
-// publishes x; every thread of the block must call it.
+// One Q8_0 block of 32 activations, value v in each lane of a warp: the semantics of
+// quantize_row_q8_0_ref / dq::cuda::quantize_q8 (d = amax / 127, q = round(x / d) clamped to
+// +-127, the scale stored fp16-rounded as a float); lane l writes qs[l], lane 0 *d.
+__device__ __forceinline__ void warp_quantize_block(float v, int lane, int8_t* qs, float* d) {
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    float q = dd != 0.0f ? roundf(__fdiv_rn(v, dd)) : 0.0f;
+    q = fminf(127.0f, fmaxf(-127.0f, q));
+    qs[lane] = static_cast<int8_t>(static_cast<int>(q));
+    if (lane == 0) *d = __half2float(__float2half_rn(dd));
+}
+
+// Quantizes row x [n] (n % 32 == 0) to Q8_0 activations, one warp per 32-value block
+// (warp_quantize_block). Call after a barrier that publishes x; every thread of the block must
+// call it.
 __device__ __forceinline__ void block_quantize_row(const float* x, int n, int8_t* qs, float* d) {
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int b = wid; b < n / 32; b += nw) {
-        const float v = x[b * 32 + lane];
-        float amax = fabsf(v);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float dd = __fdiv_rn(amax, 127.0f);
-        float q = dd != 0.0f ? roundf(__fdiv_rn(v, dd)) : 0.0f;
-        q = fminf(127.0f, fmaxf(-127.0f, q));
-        qs[b * 32 + lane] = static_cast<int8_t>(static_cast<int>(q));
-        if (lane == 0) d[b] = __half2float(__float2half_rn(dd));
-    }
+    for (int b = wid; b < n / 32; b += nw) warp_quantize_block(x[b * 32 + lane], lane, qs + b * 32, d + b);
 }
 
 }}  // namespace dq::gpu
