@@ -16,6 +16,7 @@ namespace dq { namespace gpu {
 using cuda::launch_kernel;
 using cuda::check_launch;
 using cuda::pdl_begin;
+using cuda::pdl_begin_early;
 
 namespace {
 
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kHeadBlock) k_attend(AttendArgs a) {
 }
 
 __global__ void k_pool(PoolArgs a) {
-    pdl_begin();
+    pdl_begin_early();  // the output projection after it loads its first weights during attention
     __shared__ float sh[32];
     const int r = a.ratio, hd = a.head_dim;
     const int pos = *a.pos + a.j;
