@@ -197,7 +197,7 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
 // The warp's 32 values stay in registers from the activation to the quantization (no barrier,
 // no row round trip through memory); the same expression and quantization as before.
 __global__ void k_swiglu(const float* gu, int rows, int f, float limit, int8_t* hq, float* hd) {
-    pdl_begin();
+    pdl_begin_early();  // the grouped w2 after it loads its slot-0 weights during the grouped w13
     const int lane = threadIdx.x & 31;
     const int nbf = f / 32, blk = blockIdx.x * (kSwigluBlock / 32) + (threadIdx.x >> 5);
     if (blk >= rows * nbf) return;  // whole warps only: the shuffles below see every lane
