@@ -16,6 +16,7 @@ namespace dq { namespace gpu {
 using cuda::launch_kernel;
 using cuda::check_launch;
 using cuda::pdl_begin;
+using cuda::pdl_begin_early;
 
 namespace {
 
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kHeadBlock) k_attend(AttendArgs a) {
 }
 
 __global__ void k_pool(PoolArgs a) {
-    pdl_begin();
+    pdl_begin_early();  // the output projection after it loads its first weights during attention
     __shared__ float sh[32];
     const int r = a.ratio, hd = a.head_dim;
     const int pos = *a.pos + a.j;
@@ -196,7 +197,7 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
 // The warp's 32 values stay in registers from the activation to the quantization (no barrier,
 // no row round trip through memory); the same expression and quantization as before.
 __global__ void k_swiglu(const float* gu, int rows, int f, float limit, int8_t* hq, float* hd) {
-    pdl_begin();
+    pdl_begin_early();  // the grouped w2 after it loads its slot-0 weights during the grouped w13
     const int lane = threadIdx.x & 31;
     const int nbf = f / 32, blk = blockIdx.x * (kSwigluBlock / 32) + (threadIdx.x >> 5);
     if (blk >= rows * nbf) return;  // whole warps only: the shuffles below see every lane

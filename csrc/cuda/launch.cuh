@@ -21,6 +21,15 @@ __device__ __forceinline__ void pdl_begin() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// pdl_begin's two steps the other way round, for a short kernel whose successor is a matmul: the
+// next grid is scheduled first, so it becomes resident and issues its weight loads while this
+// kernel's predecessor still runs (two grids wait ahead); the wait still precedes every read of
+// the previous grid's data, so the order and bits are those of pdl_begin.
+__device__ __forceinline__ void pdl_begin_early() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // p, passed through an empty volatile asm: call it after pdl_begin on every pointer to data the
 // previous grid writes, when a kernel does work before the wait. The compiler may move loads
 // through `const __restrict__` pointers (ld.global.nc) above the wait's memory clobber (seen in
