@@ -1,5 +1,5 @@
-// Per-token CUDA ops of the DS4-mini forward; one block per token or (token, head), fixed
-// block sizes, fixed reduction trees (see gpu_ops.cuh). Compiled with --fmad=false.
+// Per-token CUDA ops of the DS4-mini forward; one block per token or (token, head), SwiGLU one
+// warp per Q8_0 block; fixed block sizes, fixed reduction trees (see gpu_ops.cuh). --fmad=false.
 #include "gpu_ops.cuh"
 
 #include <cmath>
