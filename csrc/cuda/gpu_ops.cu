@@ -195,7 +195,8 @@ __global__ void k_gather(const int8_t* xq, const float* xd, const int32_t* tok_o
 
 // One warp per Q8_0 block of an output row: rows * f / 32 warps, kSwigluBlock threads a block.
 // The warp's 32 values stay in registers from the activation to the quantization (no barrier,
-// no row round trip through memory); the same expression and quantization as before.
+// no row round trip through memory); the clamped SwiGLU expression of the CPU rule, then
+// warp_quantize_block.
 __global__ void k_swiglu(const float* gu, int rows, int f, float limit, int8_t* hq, float* hd) {
     pdl_begin_early();  // the grouped w2 after it loads its slot-0 weights during the grouped w13
     const int lane = threadIdx.x & 31;
