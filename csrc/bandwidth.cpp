@@ -123,16 +123,22 @@ MatBenchResult bench_mul_mat(int rows, int k, int ncols, MatKernel kernel, int t
     XorShift rng{seed | 1};
     const size_t per_mat = size_t(rows) * nb;
     // W in a huge-page-advised arena like the model's weights (model_weights.h).
+    // MMVQ reads the x16 copy (as the model's matrices carry one), MMQ the row-major blocks.
+    const size_t pbytes = kernel == MatKernel::kMMVQ ? (packed_bytes(rows, k) + 63) / 64 * 64 : 0;
     WeightArena arena(per_mat * size_t(mats) * sizeof(BlockQ8_0));
+    WeightArena parena(std::max<size_t>(pbytes * size_t(mats), 64));
     BlockQ8_0* const wb = static_cast<BlockQ8_0*>(arena.data());
+    uint8_t* const pb = static_cast<uint8_t*>(parena.data());
     std::vector<BlockQ8_0> x(size_t(ncols) * nb);
     fill_random_blocks(wb, per_mat * size_t(mats), rng);
     fill_random_blocks(x.data(), x.size(), rng);
+    if (pbytes > 0)
+        for (int m = 0; m < mats; ++m) pack_q8_0_x16(wb + per_mat * size_t(m), rows, k, pb + pbytes * size_t(m));
     std::vector<float> y(size_t(ncols) * rows);
     ThreadPool pool(std::max(threads, 1));
     auto pass = [&] {
         for (int m = 0; m < mats; ++m) {
-            const QMatrixView view{wb + per_mat * size_t(m), rows, k};
+            const QMatrixView view{wb + per_mat * size_t(m), rows, k, pbytes > 0 ? pb + pbytes * size_t(m) : nullptr};
             mul_mat_q8_0(view, x.data(), ncols, y.data(), kernel, &pool);
         }
     };

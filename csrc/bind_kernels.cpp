@@ -12,6 +12,7 @@
 #include "cpu_features.h"
 #include "kernels.h"
 #include "model_ops.h"
+#include "model_weights.h"
 #include "q8_0.h"
 #include "threadpool.h"
 
@@ -103,6 +104,7 @@ struct BoundProduct {
     U8Array w, x;
     F32Array y;
     MatTask task;
+    std::shared_ptr<WeightArena> packed;  // W's x16 copy for narrow MMVQ (as the model's matrices)
 };
 
 BoundProduct bind_product(const py::array& win, const py::array& xin, const std::string& kernel_name) {
@@ -116,8 +118,15 @@ BoundProduct bind_product(const py::array& win, const py::array& xin, const std:
         throw py::value_error("mmvq takes 1..8 columns, got " + std::to_string(ncols));
     }
     p.y = F32Array({py::ssize_t(ncols), py::ssize_t(rows)});
-    p.task = MatTask{QMatrixView{reinterpret_cast<const BlockQ8_0*>(p.w.data()), rows, k},
-                     reinterpret_cast<const BlockQ8_0*>(p.x.data()), ncols, p.y.mutable_data(), kernel};
+    const auto* wb = reinterpret_cast<const BlockQ8_0*>(p.w.data());
+    const uint8_t* packed = nullptr;
+    if (kernel == MatKernel::kMMVQ) {
+        p.packed = std::make_shared<WeightArena>(packed_bytes(rows, k));
+        pack_q8_0_x16(wb, rows, k, static_cast<uint8_t*>(p.packed->data()));
+        packed = static_cast<const uint8_t*>(p.packed->data());
+    }
+    p.task = MatTask{QMatrixView{wb, rows, k, packed}, reinterpret_cast<const BlockQ8_0*>(p.x.data()), ncols,
+                     p.y.mutable_data(), kernel};
     return p;
 }
 

@@ -6,11 +6,14 @@
 //
 // Canonical per-output reduction order (exactness rule 2, DESIGN.md) -- every "exact" path
 // (scalar reference, AVX2, AVX-512, narrow MMVQ at any ncols) produces these exact bits:
+//   acc = 0
 //   for each block b in K order:
-//     isum[j] = sum_{i=0..3} w.qs[4j+i] * x.qs[4j+i]      for lanes j = 0..7 (exact int32)
-//     s       = fp16(w.d) * fp16(x.d)                       (one fp32 multiply)
-//     acc[j]  = fmaf(s, (float)isum[j], acc[j])             (fused, lanes independent)
-//   y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))   (fixed horizontal sum)
+//     isum = sum_{i=0..31} w.qs[i] * x.qs[i]       (exact int32: any summation order)
+//     s    = fp16(w.d) * fp16(x.d)                  (one fp32 multiply)
+//     acc  = fmaf(s, (float)isum, acc)              (fused; |isum| < 2^24, so (float) is exact)
+//   y = acc
+// One lane per output: with the x16 layout (q8_0.h) a vector lane is a row, so nothing is
+// summed across lanes, and the float work is one multiply and one fma per 16 rows and block.
 // MMQ uses a different order on purpose and is NOT bitwise equal to the above.
 #pragma once
 #include <cstddef>
@@ -25,6 +28,10 @@ struct QMatrixView {
     const BlockQ8_0* blocks;  // rows * (cols / 32) blocks, row-major
     int rows;                 // N (output features)
     int cols;                 // K (input features), multiple of 32
+    // The same matrix in the x16 streaming layout (q8_0.h pack_q8_0_x16), or null. The SIMD
+    // narrow-MMVQ kernels stream it; without it they run the scalar reference (same bits, slow).
+    const uint8_t* packed = nullptr;
+    // Counted weight bytes of one product: 34 per 32 weights (the padding rows of x16 not counted).
     size_t bytes() const { return size_t(rows) * size_t(cols / QK8_0) * sizeof(BlockQ8_0); }
 };
 
@@ -42,7 +49,10 @@ struct ReadAhead {
     size_t bytes = 0;
 };
 // A whole matrix as a read-ahead region (model_matmul.h adds QMatrix and F32Rows).
-inline ReadAhead read_ahead_of(const QMatrixView& w) { return {w.blocks, w.bytes()}; }
+inline ReadAhead read_ahead_of(const QMatrixView& w) {
+    if (w.packed != nullptr) return {w.packed, packed_bytes(w.rows, w.cols)};
+    return {w.blocks, w.bytes()};
+}
 
 // Y[c, n] = dot(W[n, :], X[c, :]). Threads split output rows only, never K.
 // kMMVQ requires 1 <= ncols <= 8. Returns nothing; inputs are validated by callers.

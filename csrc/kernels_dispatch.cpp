@@ -103,23 +103,8 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead
         with_hint(after, threads, [&] { (t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq)(t.w, t.x, t.ncols, t.y, lo, hi); });
     };
     if (pool == nullptr || pool->size() <= 1) {
-        // One thread: fuse each wide product's rows with one-column products' rows (where the
-        // kernel set can), so the narrow products' DRAM streams overlap the wide ones'
-        // arithmetic; then every task's remaining rows as usual. Same bits either way.
-        std::vector<int> done(size_t(n), 0);  // rows [0, done[i]) of task i are computed
-        if (ks->mmvq_pair != nullptr) {
-            for (int i = 0; i < n; ++i)
-                for (int j = 0; j < n && done[i] < tasks[i].w.rows; ++j) {
-                    if (j == i || done[j] >= tasks[j].w.rows) continue;
-                    const int k = ks->mmvq_pair(tasks[i], done[i], tasks[i].w.rows, tasks[j], done[j], tasks[j].w.rows);
-                    done[i] += k;
-                    done[j] += k;
-                }
-        }
-        // Each product's stream runs on into the next one's (the last into `next`).
-        for (int i = 0; i < n; ++i)
-            if (done[i] < tasks[i].w.rows)
-                run(tasks[i], done[i], tasks[i].w.rows, i + 1 < n ? read_ahead_of(tasks[i + 1].w) : next);
+        // One thread: each product's stream runs on into the next one's (the last into `next`).
+        for (int i = 0; i < n; ++i) run(tasks[i], 0, tasks[i].w.rows, i + 1 < n ? read_ahead_of(tasks[i + 1].w) : next);
         return;
     }
     // A grain that is a multiple of both kernels' grains, so every slice boundary inside a task

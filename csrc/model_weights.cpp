@@ -96,10 +96,15 @@ std::vector<float> gen_f32(size_t n, uint64_t stream, float center, float amp) {
 // W (rows, cols): int8 uniform in [-127, 127], per-block scale std*sqrt(3)/127 * (0.75..1.25),
 // so each weight has standard deviation ~std.
 // Bytes an arena needs for a matrix of (rows, cols).
-size_t q8_footprint(int rows, int cols) { return WeightArena::footprint(size_t(rows) * (cols / QK8_0)); }
+// With the x16 copy: its padded rows' blocks too (packed_bytes = 34 bytes per padded row block).
+size_t q8_footprint(int rows, int cols, bool packed) {
+    const size_t nb = size_t(cols / QK8_0);
+    return WeightArena::footprint(size_t(rows) * nb) +
+           (packed ? WeightArena::footprint(size_t(pack_groups(rows)) * kPackRows * nb) : 0);
+}
 
 QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool,
-               const std::shared_ptr<WeightArena>& arena) {
+               const std::shared_ptr<WeightArena>& arena, bool packed) {
     QMatrix m;
     m.rows = rows;
     m.cols = cols;
@@ -127,6 +132,10 @@ QMatrix gen_q8(int rows, int cols, uint64_t stream, float std, ThreadPool* pool,
     };
     if (pool) pool->parallel_for(rows, 16, fill);
     else fill(0, rows);
+    if (packed) {
+        m.packed = reinterpret_cast<uint8_t*>(arena->take(size_t(pack_groups(rows)) * kPackRows * nb));
+        pack_q8_0_x16(m.blocks, rows, cols, m.packed);
+    }
     return m;
 }
 
@@ -154,7 +163,7 @@ HCParams gen_hc(const ModelConfig& c, uint64_t seed, uint64_t tensor, int layer,
 
 }  // namespace
 
-Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
+Weights build_weights(const ModelConfig& c, ThreadPool* pool, bool packed) {
     c.validate();
     const uint64_t s = c.seed;
     const int d = c.d_model, hd = c.head_dim, f = c.d_ff;
@@ -164,11 +173,11 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
     w.final_norm = gen_f32(d, stream_id(s, kFinalNorm, 0, 0), 1.0f, 0.1f);
     w.hc_final = gen_f32(c.hc_mult, stream_id(s, kHcFinal, 0, 0), 1.0f / c.hc_mult, 0.1f / c.hc_mult);
     w.lm_head = gen_q8(c.vocab, d, stream_id(s, kLmHead, 0, 0), 3.0f * inv_sqrt_d, pool,
-                       std::make_shared<WeightArena>(q8_footprint(c.vocab, d)));
+                       std::make_shared<WeightArena>(q8_footprint(c.vocab, d, packed)), packed);
     // One arena per layer holds its attention, shared-expert and expert matrices, then its
     // per-step F32 rows (router, the two HC dyn projections).
-    const size_t layer_bytes = q8_footprint(c.proj_rows(), d) + q8_footprint(d, c.q_dim()) +
-                               size_t(c.n_experts + 1) * (q8_footprint(2 * f, d) + q8_footprint(d, f)) +
+    const size_t layer_bytes = q8_footprint(c.proj_rows(), d, packed) + q8_footprint(d, c.q_dim(), packed) +
+                               size_t(c.n_experts + 1) * (q8_footprint(2 * f, d, packed) + q8_footprint(d, f, packed)) +
                                WeightArena::footprint_floats(size_t(c.n_experts) * d) +
                                2 * WeightArena::footprint_floats(size_t(c.hc_dyn_rows()) * d);
     w.q8_bytes += w.lm_head.bytes();
@@ -183,8 +192,8 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
         L.comp_norm = gen_f32(hd, stream_id(s, kCompNorm, l, 0), 1.0f, 0.1f);
         L.comp_ape = gen_f32(size_t(ModelConfig::comp_rows(ratio)) * hd, stream_id(s, kCompApe, l, 0), 0.0f, 0.5f);
         const auto arena = std::make_shared<WeightArena>(layer_bytes);
-        L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool, arena);
-        L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool, arena);
+        L.w_proj = gen_q8(c.proj_rows(), d, stream_id(s, kProj, l, 0), inv_sqrt_d, pool, arena, packed);
+        L.w_o = gen_q8(d, c.q_dim(), stream_id(s, kWo, l, 0), 1.0f / std::sqrt(float(c.q_dim())), pool, arena, packed);
         L.router = arena_rows(gen_f32(size_t(c.n_experts) * d, stream_id(s, kRouter, l, 0), 0.0f, 2.0f * inv_sqrt_d),
                               arena);
         L.router_bias = gen_f32(c.n_experts, stream_id(s, kRouterBias, l, 0), 0.0f, 0.2f);
@@ -205,14 +214,14 @@ Weights build_weights(const ModelConfig& c, ThreadPool* pool) {
                 }
             }
         }
-        L.shared_w13 = gen_q8(2 * f, d, stream_id(s, kW13, l, 0xFFFF), inv_sqrt_d, pool, arena);
-        L.shared_w2 = gen_q8(d, f, stream_id(s, kW2, l, 0xFFFF), 0.5f / std::sqrt(float(f)), pool, arena);
+        L.shared_w13 = gen_q8(2 * f, d, stream_id(s, kW13, l, 0xFFFF), inv_sqrt_d, pool, arena, packed);
+        L.shared_w2 = gen_q8(d, f, stream_id(s, kW2, l, 0xFFFF), 0.5f / std::sqrt(float(f)), pool, arena, packed);
         w.q8_bytes += L.w_proj.bytes() + L.w_o.bytes() + L.shared_w13.bytes() + L.shared_w2.bytes();
         L.exp_w13.resize(c.n_experts);
         L.exp_w2.resize(c.n_experts);
         for (int e = 0; e < c.n_experts; ++e) {
-            L.exp_w13[e] = gen_q8(2 * f, d, stream_id(s, kW13, l, e), inv_sqrt_d, pool, arena);
-            L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool, arena);
+            L.exp_w13[e] = gen_q8(2 * f, d, stream_id(s, kW13, l, e), inv_sqrt_d, pool, arena, packed);
+            L.exp_w2[e] = gen_q8(d, f, stream_id(s, kW2, l, e), 0.5f / std::sqrt(float(f)), pool, arena, packed);
             w.q8_bytes += L.exp_w13[e].bytes() + L.exp_w2[e].bytes();
         }
         L.hc_attn = gen_hc(c, s, kHcAttn, l, arena);

@@ -44,9 +44,10 @@ private:
 struct QMatrix {
     std::shared_ptr<WeightArena> arena;  // keeps `blocks` alive
     BlockQ8_0* blocks = nullptr;         // rows * (cols / 32) blocks
+    uint8_t* packed = nullptr;           // the x16 streaming copy (q8_0.h), or null
     int rows = 0;
     int cols = 0;
-    QMatrixView view() const { return QMatrixView{blocks, rows, cols}; }
+    QMatrixView view() const { return QMatrixView{blocks, rows, cols, packed}; }
     size_t nblocks() const { return size_t(rows) * size_t(cols / QK8_0); }
     size_t bytes() const { return nblocks() * sizeof(BlockQ8_0); }
 };
@@ -102,7 +103,9 @@ struct Weights {
 };
 
 // Generates every tensor from cfg.seed. Independent of the thread count (counter-based PRNG
-// keyed by tensor and block index); `pool` only spreads the work.
-Weights build_weights(const ModelConfig& cfg, ThreadPool* pool);
+// keyed by tensor and block index); `pool` only spreads the work. With `packed` every Q8_0
+// matrix also gets its x16 streaming copy (QMatrix::packed, what the CPU kernels read); the GPU
+// backend, which converts the row-major blocks, builds without it.
+Weights build_weights(const ModelConfig& cfg, ThreadPool* pool, bool packed = true);
 
 }  // namespace dq

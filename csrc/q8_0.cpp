@@ -74,4 +74,29 @@ void quantize_row_q8_0_ref(const float* x, BlockQ8_0* y, int k) {
     }
 }
 
+void pack_q8_0_x16(const BlockQ8_0* w, int rows, int cols, uint8_t* out) {
+    const int nb = cols / QK8_0;
+    std::memset(out, 0, packed_bytes(rows, cols));
+    for (int g = 0; g < pack_groups(rows); ++g) {
+        uint8_t* base = out + size_t(g) * packed_group_bytes(cols);
+        uint16_t* d = reinterpret_cast<uint16_t*>(base + size_t(nb) * kPackBlockBytes);
+        for (int r = 0; r < kPackRows && g * kPackRows + r < rows; ++r) {
+            const BlockQ8_0* row = w + size_t(g * kPackRows + r) * nb;
+            for (int b = 0; b < nb; ++b) {
+                for (int q = 0; q < QK8_0 / 4; ++q)
+                    std::memcpy(base + size_t(b) * kPackBlockBytes + q * kPackQuadBytes + 4 * r, row[b].qs + 4 * q, 4);
+                d[size_t(b) * kPackRows + r] = row[b].d;
+            }
+        }
+    }
+}
+
+void unpack_block_x16(const uint8_t* packed, int cols, int n, int b, BlockQ8_0* out) {
+    const int nb = cols / QK8_0, g = n / kPackRows, r = n % kPackRows;
+    const uint8_t* base = packed + size_t(g) * packed_group_bytes(cols);
+    for (int q = 0; q < QK8_0 / 4; ++q)
+        std::memcpy(out->qs + 4 * q, base + size_t(b) * kPackBlockBytes + q * kPackQuadBytes + 4 * r, 4);
+    std::memcpy(&out->d, base + size_t(nb) * kPackBlockBytes + (size_t(b) * kPackRows + r) * 2, 2);
+}
+
 }  // namespace dq

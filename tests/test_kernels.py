@@ -154,9 +154,9 @@ def test_mmvq_bitwise_equals_reference_every_ncols_path_and_thread_count(path, r
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("k", [64, 2048])
 def test_mmvq_extreme_quants_bitwise_equal_reference(path, k):
-    """Every quant at +-127 drives each int32 lane sum to its largest magnitude (4 * 127 * 127);
-    random signs mix positive and negative products. K = 2048 is the longest row the AVX2
-    single-stream (packed int16 pairs at 2..4 columns) step takes."""
+    """Every quant at +-127 drives each block's int32 sum to its largest magnitude (32 * 127 * 127)
+    and the AVX2 path's int16 pairs (vpmaddubsw of |x| and the signed w) to 2 * 127 * 127;
+    random signs mix positive and negative products. 11 rows: a partial 16-row x16 group."""
     rng = np.random.default_rng(k)
     signs = lambda n: np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype(np.float32)
     w = K.quantize_q8_0(signs(9))
@@ -192,10 +192,10 @@ def test_batched_products_equal_single_calls_bitwise(path):
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_fused_wide_and_narrow_products_equal_single_calls_bitwise(path):
-    """At one thread the batch fuses a wide product's rows (2..4 columns) with one-column
-    products' rows of the same short K (the MoE's shared expert beside routed experts): every
-    output keeps the bits of its own call, whichever product runs out of rows first."""
+def test_one_thread_batch_of_mixed_products_equals_single_calls_bitwise(path):
+    """At one thread the batch runs wide (2..4 columns) and one-column products of mixed row
+    counts (partial x16 groups) back to back, each streaming on into the next: every output keeps
+    the bits of its own call."""
     rng = np.random.default_rng(12)
     shapes = [(50, 256, 4), (37, 256, 1), (20, 256, 1), (9, 256, 3), (64, 256, 1), (5, 256, 2),
               (30, 2048, 4), (30, 2048, 1), (11, 4096, 4), (11, 4096, 1), (6, 256, 1)]
@@ -231,10 +231,12 @@ def test_mmvq_column_independent_of_band_position(path):
 def _mmq_bound(w: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
     """Error bound for MMQ vs the reference, per output.
 
-    Both paths compute the same exact integer lane sums isum_bj and the same fp32 scales
-    s_b = fp16(wd)*fp16(xd); they differ only in how the products s_b*isum_bj are rounded
-    and summed (fma chains per lane, then a different horizontal tree). Each path is a
-    sum of nb*8 terms with at most nb + 3 roundings on any term's path, so by the standard
+    Both paths compute exact integer sums (the reference one per block, isum_b = sum_j isum_bj;
+    MMQ per lane j of 4 products) and the same fp32 scales s_b = fp16(wd)*fp16(xd); they differ
+    only in how the products are rounded and summed (the reference one fma chain over the
+    blocks; MMQ fma chains per lane, then a horizontal tree). Each path is a sum of at most
+    nb*8 terms with at most nb + 3 roundings on any term's path (and sum_b |s_b isum_b| is at most
+    the lane-wise sum below), so by the standard
     recursive-summation bound (Higham, Accuracy and Stability of Numerical Algorithms,
     eq. 4.4) each is within gamma_m * sum |s_b * isum_bj| of the exact sum, m = nb + 4,
     gamma_m = m*u/(1 - m*u), u = 2^-24. The two paths then differ by at most twice that.

@@ -162,7 +162,7 @@ GpuModel::GpuModel(const ModelConfig& cfg, int threads) : impl_(std::make_unique
     Weights w;
     {
         ThreadPool pool(threads);
-        w = build_weights(c, &pool);
+        w = build_weights(c, &pool, false);  // row-major only: converted to the device layout
     }
     m.build_s = double(now_ns() - t0) * 1e-9;
     size_t free_b = 0, total_b = 0;

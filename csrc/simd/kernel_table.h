@@ -13,10 +13,6 @@ using MatRowsFn = void (*)(const QMatrixView& w, const BlockQ8_0* x, int ncols, 
                            int row_begin, int row_end);
 // Quantizes K floats (K % 32 == 0) into K/32 Q8_0 blocks, bitwise equal to quantize_row_q8_0_ref.
 using QuantizeRowFn = void (*)(const float* x, BlockQ8_0* y, int k);
-// Fuses rows of a wide narrow-MMVQ product a with rows of a one-column product b (mmvq_impl.h
-// mmvq_pair_any): rows a0 + i and b0 + i for i < the returned count (0 when the pair is not
-// eligible). Every output has the bits of its standalone mmvq call.
-using MatPairFn = int (*)(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 
 struct KernelSet {
     const char* name;  // "scalar", "avx2", "avx512vnni"
@@ -25,8 +21,11 @@ struct KernelSet {
     int mmvq_grain;    // thread slice granularity (rows the kernel handles at once)
     int mmq_grain;
     QuantizeRowFn quantize;  // activation/weight quantization (same bits on every path)
-    MatPairFn mmvq_pair = nullptr;  // wide + one-column fusion (single-thread batches); optional
 };
+
+// The scalar reference's narrow MMVQ rows (kernels_ref.cpp): reads w.packed when set, else the
+// row-major blocks. The SIMD paths run it for matrices without the x16 layout.
+void mmvq_scalar(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end);
 
 // Always built (kernels_ref.cpp).
 extern const KernelSet kScalarKernels;
@@ -80,11 +79,9 @@ void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, in
 void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
               int row_end);
 void quantize_row_q8_0_avx2(const float* x, BlockQ8_0* y, int k);
-int mmvq_pair_avx2(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                      int row_begin, int row_end);
 void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                     int row_begin, int row_end);
-int mmvq_pair_avx512vnni(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1);
 
 }  // namespace dq::simd

@@ -7,8 +7,8 @@
 // so W is streamed from memory once for any ncols (narrow MMVQ with ncols > 8 would stream
 // it once per group of 8). X (ncols * K * 34/32 bytes) is reused from L2.
 // Reduction order (differs from kernels.h on purpose; NOT bitwise equal to MMVQ): per block
-// the same exact int32 lane sums and fma(s, isum, acc), then the adjacent-pair tree
-// ((a0+a1) + (a2+a3)) + ((a4+a5) + (a6+a7)) instead of the canonical horizontal sum.
+// 8 exact int32 lane sums of 4 products and fma(s, isum, acc) per lane, then the adjacent-pair
+// tree ((a0+a1) + (a2+a3)) + ((a4+a5) + (a6+a7)), where MMVQ takes one fma per block.
 //
 // Backend interface (static members):
 //   size_t floats_per_group(int nb), bytes_per_group(int nb)       scratch per column group

@@ -1,13 +1,8 @@
-// Narrow MMVQ on the AVX-512 VNNI path, canonical order: 1..4 columns stream W with 256-bit
-// vpdpbusd lanes (stream_nc below), 5..8 columns take two activation columns per zmm.
+// The AVX-512 VNNI path: narrow MMVQ over the x16 layout (canonical order, 1..8 columns, below)
+// and MMQ, whose tiles run the row-major zmm body here (two activation columns per zmm, 8 int32
+// lanes of 4 products each, its own non-canonical tree: not bitwise equal to MMVQ).
 //
-// W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
-// 5..8 columns: a zmm holds the 8 canonical lanes of column c0 (low half) and of column c0+1 (high half).
-// Every op is lane-wise (vpdpbusd, cvt, mul, fma), so each half performs exactly the
-// per-column sequence of vec_dot_q8_0_q8_0_ref: isum lanes of 4 products, s = wd * xd,
-// acc = fma(s, isum, acc), canonical horizontal sum per half. Halving the vector-op count
-// per column.
-// Also holds the AVX-512 kernel table and its MMQ (mmq_impl.h driver over these rows).
+// W is (N, K), Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
 #include "kernel_table.h"
 #include "mmq_impl.h"
 
@@ -131,230 +126,130 @@ struct MmqBackendZmm {
     }
 };
 
-// ---- Streaming narrow MMVQ (1..4 columns), canonical order, 256-bit VNNI lanes ----------------
+// ---- Narrow MMVQ over the x16 layout (q8_0.h), canonical order --------------------------------
 //
-// The int8 dot puts the WEIGHTS on vpdpbusd's unsigned side: wu = w ^ 0x80 = w + 128, so
-// dpbusd(c, wu, x) = c + sum (w + 128) x = c + w.x + 128 sum x per lane. The correction
-// c = -128 * (sum of the 4 x of each lane) depends on X only: computed once per call and loaded
-// as the accumulator's start, so a weight block costs one vpxor however many columns share it.
-// Exact for any int8 w and x (w = -128 gives wu = 0). Every lane sum is exact int32; then per (row, block, column) s = wd * xd (one fp32 multiply)
-// and acc = fma(s, isum, acc), the canonical horizontal sum at the end: the bits of
-// vec_dot_q8_0_q8_0_ref.
+// One zmm lane per row of a 16-row group: per block b and quad q, the line qs[b][q] holds the
+// group's 16 rows' 4 values, and vpdpbusd with the column's 4 activation bytes broadcast
+// ({1to16} from memory) adds each row's 4 products to its lane. The WEIGHTS sit on the unsigned
+// side (wu = w ^ 0x80 = w + 128), so dpbusd(c, wu, x) = c + w.x + 128 sum x: the per-(block, column)
+// correction c = -128 * sum(x) starts the int32 sum, computed once per call. After the 8 quads
+// (two chains of 4, added: exact int32) each lane holds the row's exact block sum; then per block
+// and column one vcvtdq2ps, s = wd * xd (16 rows' scales by one vcvtph2ps, one vmulps) and one
+// fma: the bits of vec_dot_q8_0_q8_0_ref, with nothing summed across lanes.
 //
-// Prepared X per block b and column c (64 bytes, kStreamSlot): 32 signed quants | 8 int32
-// corrections; xd8[b * 8 + c] = fp32(xd), lanes 4..7 repeating lanes 0..3.
-//
-// Streaming choices, measured on a 2-vCPU Zen 4 (EPYC, 2.6 GHz, ds4-mini-shaped 1536 x 1024
-// matrices, 160 MB per pass, 1 thread, alternated configurations, best of 10-12 rounds on a
-// shared host): the old VNNI body (R = 4 rows, prefetcht0 128 blocks ahead, weight-side
-// correction) read 7-10 GB/s; prefetcht2 (into L2) 1024 blocks (~35 KB) ahead lifted the same
-// loop shape to ~27-28 GB/s (probe ~33). prefetcht1 at that distance reached ~22; prefetcht0
-// at 128 blocks ~25 with R = 1 but ~10 with R = 2. R = 4 keeps 4 independent FMA chains, the most
-// arithmetic headroom (L2-resident 1 column: R = 4 ~49 GB/s, R = 1 ~34).
-constexpr int kStreamSlot = 64;
-constexpr int kStreamRows = 4;
-constexpr int kStreamPrefetchBlocks = 1024;
+// W streams as one sequential stream per thread (the groups are contiguous), prefetched with
+// prefetcht2 kPrefetchBytes ahead on a linear cursor of 544 bytes per block, running on into the
+// thread's read-ahead region (kernel_table.h call_hint) at its last groups.
+constexpr size_t kPrefetchBytes = 32768;
 
-inline void prepare_stream(const BlockQ8_0* x, int nc, int nb, uint8_t* xs, float* xd8) {
-    const __m256i bias = _mm256_set1_epi8(char(0x80));
+// Prepared activations of nc columns per block b (kernel scratch): xq [nb][nc][32] int8,
+// corr [nb][nc] int32 (-128 * sum x), xd [nb][nc] fp32.
+struct X16Prep {
+    const int8_t* xq;
+    const int32_t* corr;
+    const float* xd;
+};
+
+inline X16Prep prepare_x16(const BlockQ8_0* x, int nc, int nb) {
+    uint8_t* buf = kernel_scratch_bytes(size_t(nb) * nc * (32 + 4 + 4));
+    int8_t* xq = reinterpret_cast<int8_t*>(buf);
+    int32_t* corr = reinterpret_cast<int32_t*>(buf + size_t(nb) * nc * 32);
+    float* xd = reinterpret_cast<float*>(buf + size_t(nb) * nc * 36);
     for (int b = 0; b < nb; ++b)
         for (int c = 0; c < nc; ++c) {
             const BlockQ8_0& xb = x[size_t(c) * nb + b];
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-            uint8_t* slot = xs + (size_t(b) * nc + c) * kStreamSlot;
-            _mm256_store_si256(reinterpret_cast<__m256i*>(slot), q);
-            const __m256i s128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, q);  // 128 * sum x
-            _mm256_store_si256(reinterpret_cast<__m256i*>(slot + 32),
-                               _mm256_sub_epi32(_mm256_setzero_si256(), s128));
-            xd8[size_t(b) * 8 + c] = _cvtsh_ss(xb.d);
+            int32_t sum = 0;
+            for (int i = 0; i < QK8_0; ++i) sum += xb.qs[i];
+            std::memcpy(xq + (size_t(b) * nc + c) * 32, xb.qs, 32);
+            corr[size_t(b) * nc + c] = -128 * sum;
+            xd[size_t(b) * nc + c] = _cvtsh_ss(xb.d);
         }
-    if (nc <= 4)  // lanes c + 4 repeat lanes c (the shared-multiply layout)
-        for (int b = 0; b < nb; ++b)
-            for (int c = 0; c < 4; ++c) {
-                if (c >= nc) xd8[size_t(b) * 8 + c] = 0.0f;
-                xd8[size_t(b) * 8 + 4 + c] = xd8[size_t(b) * 8 + c];
-            }
+    return {xq, corr, xd};
 }
 
-// Block b of R rows x NC columns into acc (the body of stream_rows' block loop, also run
-// interleaved with a second product's block by stream_pair_rows).
-template <int NC, int R>
-__attribute__((always_inline)) inline void stream_block(__m256 (&acc)[R * NC], const BlockQ8_0* const (&wrow)[R],
-                                                        int b, intptr_t pfd, const uint8_t* xs, const float* xd8) {
-    const __m256i bias = _mm256_set1_epi8(char(0x80));
-    __m256i wu[R];
-    __m256 wd[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-        const BlockQ8_0& wb = wrow[r][b];
-        _mm_prefetch(offset_ptr(&wb, pfd), _MM_HINT_T2);
-        wu[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)), bias);
-        wd[r] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d)));
-    }
-    if constexpr (NC >= 2) {
-        // One vmulps per row-block for every column: lanes c and c + 4 of xd8 hold xd of
-        // column c, so s8 lane c = fl(wd * xd_c) (the same one rounding); vpermilps
-        // broadcasts it in-lane. Saves NC - 1 multiplies on the FMA pipes, which bound
-        // 2..4 columns at one thread (L2-resident, 4 columns: ~14 -> ~15 GB/s).
-        const __m256 xd4 = _mm256_load_ps(xd8 + size_t(b) * 8);
-        __m256 s8[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) s8[r] = _mm256_mul_ps(wd[r], xd4);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; ++c) {
-            const uint8_t* slot = xs + (size_t(b) * NC + c) * kStreamSlot;
-            const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(slot));
-            const __m256i corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(slot + 32));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const __m256 isum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(corr, wu[r], xq));
-                acc[r * NC + c] = _mm256_fmadd_ps(_mm256_permute_ps(s8[r], c * 0x55), isum, acc[r * NC + c]);
-            }
-        }
-    } else {
-        const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + size_t(b) * kStreamSlot));
-        const __m256i corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs + size_t(b) * kStreamSlot + 32));
-        const __m256 xdc = _mm256_broadcast_ss(xd8 + size_t(b) * 8);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(corr, wu[r], xq));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wd[r], xdc), isum, acc[r]);
-        }
-    }
+inline __m512i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
 }
 
-template <int NC, int R>
-__attribute__((always_inline)) inline void stream_store(const __m256 (&acc)[R * NC], float* y, int N, int n0) {
+// One 16-row group (base: its packed bytes) x NC columns -> y rows [n0, n0 + valid).
+template <int NC>
+inline void x16_group(const uint8_t* base, int nb, const X16Prep& xp, float* y, int N, int n0, int valid,
+                      intptr_t pfd) {
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    const uint16_t* dsec = reinterpret_cast<const uint16_t*>(base + size_t(nb) * kPackBlockBytes);
+    __m512 acc[NC];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; ++c) y[size_t(c) * N + n0 + r] = hsum_canonical(acc[r * NC + c]);
-}
-
-template <int R>
-__attribute__((always_inline)) inline void stream_row_ptrs(const BlockQ8_0* W, int nb, int n0,
-                                                           const BlockQ8_0* (&wrow)[R]) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wrow[r] = W + size_t(n0 + r) * nb;
-}
-
-template <int NC, int R>
-inline void stream_rows(const BlockQ8_0* W, int nb, const uint8_t* xs, const float* xd8, float* y, int N, int n0,
-                        intptr_t pfd) {
-    __m256 acc[R * NC];
-#pragma GCC unroll 16
-    for (int i = 0; i < R * NC; ++i) acc[i] = _mm256_setzero_ps();
-    const BlockQ8_0* wrow[R];
-    stream_row_ptrs<R>(W, nb, n0, wrow);
-    for (int b = 0; b < nb; ++b) stream_block<NC, R>(acc, wrow, b, pfd, xs, xd8);
-    stream_store<NC, R>(acc, y, N, n0);
-}
-
-// R rows of a wide product A (2..4 columns: arithmetic-bound at one thread) and R rows of a
-// one-column product B (bandwidth-bound) in one block loop, so B's DRAM stream overlaps A's
-// arithmetic instead of following it (mmvq_pair_any's idea on AVX2). Every output takes exactly
-// its stream_rows steps (stream_block, same block order), so the bits are the separate calls'.
-// ds4-mini prefill at 1 thread on the 2.6 GHz Zen 4, 4 alternated pairs of 3-round runs, fused
-// vs not: q4 646-667 vs 523-624 tok/s in a first A/B, but 518-610 vs 500-649 in a second (inside
-// this shared host's noise); kept because it cannot cost bandwidth and mirrors the AVX2 fusion.
-template <int NC, int R>
-inline void stream_pair_rows(const BlockQ8_0* WA, const uint8_t* xsa, const float* xda, float* ya, int NA, int na,
-                             const BlockQ8_0* WB, const uint8_t* xsb, const float* xdb, float* yb, int NB, int nbr,
-                             int nb, intptr_t pfd) {
-    __m256 acca[R * NC], accb[R];
-#pragma GCC unroll 16
-    for (int i = 0; i < R * NC; ++i) acca[i] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) accb[i] = _mm256_setzero_ps();
-    const BlockQ8_0* wa[R];
-    const BlockQ8_0* wb[R];
-    stream_row_ptrs<R>(WA, nb, na, wa);
-    stream_row_ptrs<R>(WB, nb, nbr, wb);
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int b = 0; b < nb; ++b) {
-        stream_block<NC, R>(acca, wa, b, pfd, xsa, xda);
-        stream_block<1, R>(accb, wb, b, pfd, xsb, xdb);
+        const uint8_t* q = base + size_t(b) * kPackBlockBytes;
+        const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
+#pragma GCC unroll 9
+        for (int l = 0; l < 9; ++l) _mm_prefetch(offset_ptr(cursor + 64 * l, pfd), _MM_HINT_T2);
+        __m512i s0[NC], s1[NC];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+            s0[c] = _mm512_set1_epi32(xp.corr[size_t(b) * NC + c]);
+            s1[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 8; i += 2) {
+            const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(q + i * kPackQuadBytes), bias);
+            const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(q + (i + 1) * kPackQuadBytes), bias);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; ++c) {
+                const int8_t* xc = xp.xq + (size_t(b) * NC + c) * 32;
+                s0[c] = _mm512_dpbusd_epi32(s0[c], w0, bcast4(xc + 4 * i));
+                s1[c] = _mm512_dpbusd_epi32(s1[c], w1, bcast4(xc + 4 * i + 4));
+            }
+        }
+        const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dsec + size_t(b) * kPackRows)));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+            const __m512 s = _mm512_mul_ps(wd, _mm512_set1_ps(xp.xd[size_t(b) * NC + c]));
+            acc[c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_add_epi32(s0[c], s1[c])), acc[c]);
+        }
     }
-    stream_store<NC, R>(acca, ya, NA, na);
-    stream_store<1, R>(accb, yb, NB, nbr);
+    const __mmask16 m = valid >= kPackRows ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(y + size_t(c) * N + n0, m, acc[c]);
 }
 
-// Rows [row_begin, row_end), R at a time, prefetching pf_min blocks (or R rows) ahead; the last
-// groups' prefetches run on into the thread's read-ahead region (kernel_table.h call_hint), so
-// the stream does not restart cold at the next product.
-template <int NC, int R>
-void stream_range(const QMatrixView& w, const uint8_t* xs, const float* xd8, float* y, int row_begin,
-                  int row_end, int pf_min) {
+template <int NC>
+void x16_range(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
     const int nb = w.cols / QK8_0;
-    const size_t pf = std::max(size_t(R) * nb, size_t(pf_min)) * sizeof(BlockQ8_0);
-    const size_t group = size_t(R) * nb * sizeof(BlockQ8_0);
-    const BlockQ8_0* end = w.blocks + size_t(row_end) * nb;
+    const X16Prep xp = prepare_x16(x, NC, nb);
+    const size_t gbytes = packed_group_bytes(w.cols);
+    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
     const ReadAhead next = call_hint().next;
-    int n = row_begin;
-    for (; n + R <= row_end; n += R) {
-        const BlockQ8_0* g = w.blocks + size_t(n) * nb;
-        stream_rows<NC, R>(w.blocks, nb, xs, xd8, y, w.rows, n, prefetch_offset(g, group, pf, end, next));
+    for (int n = row_begin; n < row_end; n += kPackRows) {
+        const uint8_t* g = w.packed + size_t(n / kPackRows) * gbytes;
+        x16_group<NC>(g, nb, xp, y, w.rows, n, std::min(kPackRows, row_end - n),
+                      prefetch_offset(g, gbytes, kPrefetchBytes, end, next));
     }
-    for (; n < row_end; ++n) {
-        const BlockQ8_0* g = w.blocks + size_t(n) * nb;
-        stream_rows<NC, 1>(w.blocks, nb, xs, xd8, y, w.rows, n, prefetch_offset(g, group / R, pf, end, next));
-    }
-}
-
-// Bytes of one prepared group of nc columns (slots, then xd8; a multiple of 64).
-inline size_t stream_prepared_bytes(int nc, int nb) {
-    return size_t(nb) * nc * kStreamSlot + size_t(nb) * 8 * sizeof(float);
-}
-
-template <int NC>
-void stream_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
-    const int nb = w.cols / QK8_0;
-    uint8_t* xs = kernel_scratch_bytes(stream_prepared_bytes(NC, nb));
-    float* xd8 = reinterpret_cast<float*>(xs + size_t(nb) * NC * kStreamSlot);
-    prepare_stream(x, NC, nb, xs, xd8);
-    stream_range<NC, kStreamRows>(w, xs, xd8, y, row_begin, row_end, kStreamPrefetchBlocks);
-}
-
-// Rows a0 + i of a (2..4 columns) and b0 + i of b (1 column), i < the returned count (a multiple
-// of kStreamRows; the rest stays for the plain kernels), fused by stream_pair_rows.
-template <int NC>
-int stream_pair_nc(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
-    const int nb = a.w.cols / QK8_0;
-    const int n = std::min(a1 - a0, b1 - b0) / kStreamRows * kStreamRows;
-    if (n == 0) return 0;
-    uint8_t* xsa = kernel_scratch_bytes(stream_prepared_bytes(NC, nb) + stream_prepared_bytes(1, nb));
-    float* xda = reinterpret_cast<float*>(xsa + size_t(nb) * NC * kStreamSlot);
-    uint8_t* xsb = xsa + stream_prepared_bytes(NC, nb);
-    float* xdb = reinterpret_cast<float*>(xsb + size_t(nb) * kStreamSlot);
-    prepare_stream(a.x, NC, nb, xsa, xda);
-    prepare_stream(b.x, 1, nb, xsb, xdb);
-    const intptr_t pf = intptr_t(std::max(size_t(kStreamRows) * nb, size_t(kStreamPrefetchBlocks)) * sizeof(BlockQ8_0));
-    for (int i = 0; i < n; i += kStreamRows)
-        stream_pair_rows<NC, kStreamRows>(a.w.blocks, xsa, xda, a.y, a.w.rows, a0 + i, b.w.blocks, xsb, xdb, b.y,
-                                          b.w.rows, b0 + i, nb, pf);
-    return n;
 }
 
 }  // namespace
 
 void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                      int row_begin, int row_end) {
+    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
     const int nb = w.cols / QK8_0;
     for (int c0 = 0; c0 < ncols; c0 += 8) {
         const int nc = ncols - c0 < 8 ? ncols - c0 : 8;
         const BlockQ8_0* xc = x + size_t(c0) * nb;
         float* yc = y + size_t(c0) * w.rows;
-        if (nc <= 4) {
-            switch (nc) {
-                case 1: stream_nc<1>(w, xc, yc, row_begin, row_end); continue;
-                case 2: stream_nc<2>(w, xc, yc, row_begin, row_end); continue;
-                case 3: stream_nc<3>(w, xc, yc, row_begin, row_end); continue;
-                default: stream_nc<4>(w, xc, yc, row_begin, row_end); continue;
-            }
+        switch (nc) {
+            case 1: x16_range<1>(w, xc, yc, row_begin, row_end); break;
+            case 2: x16_range<2>(w, xc, yc, row_begin, row_end); break;
+            case 3: x16_range<3>(w, xc, yc, row_begin, row_end); break;
+            case 4: x16_range<4>(w, xc, yc, row_begin, row_end); break;
+            case 5: x16_range<5>(w, xc, yc, row_begin, row_end); break;
+            case 6: x16_range<6>(w, xc, yc, row_begin, row_end); break;
+            case 7: x16_range<7>(w, xc, yc, row_begin, row_end); break;
+            default: x16_range<8>(w, xc, yc, row_begin, row_end); break;
         }
-        uint8_t* xp = kernel_scratch_bytes(MmqBackendZmm::bytes_per_group(nb));
-        float* xd16 = kernel_scratch(MmqBackendZmm::floats_per_group(nb));
-        prepare_zmm(xc, nc, nb, xp, xd16);
-        zmm_row_range_any<true>(nc, w, xp, xd16, yc, row_begin, row_end);
     }
 }
 
@@ -363,18 +258,7 @@ void mmq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* 
     mmq_tiled<MmqBackendZmm>(w, x, ncols, y, row_begin, row_end);
 }
 
-int mmvq_pair_avx512vnni(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
-    if (a.kernel != MatKernel::kMMVQ || b.kernel != MatKernel::kMMVQ || b.ncols != 1 || a.w.cols != b.w.cols)
-        return 0;
-    switch (a.ncols) {
-        case 2: return stream_pair_nc<2>(a, a0, a1, b, b0, b1);
-        case 3: return stream_pair_nc<3>(a, a0, a1, b, b0, b1);
-        case 4: return stream_pair_nc<4>(a, a0, a1, b, b0, b1);
-        default: return 0;
-    }
-}
-
-const KernelSet kAvx512VnniKernels = {"avx512vnni", mmvq_avx512vnni, mmq_avx512vnni, 4,
-                                      kMmqRowTile, quantize_row_q8_0_avx2, mmvq_pair_avx512vnni};
+const KernelSet kAvx512VnniKernels = {"avx512vnni", mmvq_avx512vnni, mmq_avx512vnni, kPackRows, kMmqRowTile,
+                                      quantize_row_q8_0_avx2};
 
 }  // namespace dq::simd

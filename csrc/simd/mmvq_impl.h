@@ -1,11 +1,13 @@
-// Narrow MMVQ kernel body (canonical order), templated on the int8 dot policy so the AVX2 and
-// AVX-512 VNNI files instantiate the same loop. Internal linkage only.
+// The row-major Q8_0 row body (8 int32 lanes of 4 products per block, fp32 lane accumulators,
+// then a horizontal tree), templated on the int8 dot policy so the AVX2 and AVX-512 VNNI files
+// instantiate the same loop; MMQ's tiles run it (mmq_impl.h, its own non-canonical tree). The
+// narrow MMVQ reads the x16 layout instead (mmvq_x16_avx2.cpp, mmvq_avx512.cpp). Internal linkage only.
 //
 // W is (N, K) row-major, Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
 // R rows are processed together (independent FMA chains for ILP); each weight block is
-// loaded once and applied to all NC columns. Column c of row n accumulates exactly like
-// vec_dot_q8_0_q8_0_ref: per block 8 exact int32 lane sums, s = wd * xd (one fp32 multiply),
-// acc = fma(s, isum, acc), canonical horizontal sum at the end.
+// loaded once and applied to all NC columns. Column c of row n: per block 8 exact int32 lane
+// sums, s = wd * xd (one fp32 multiply), acc = fma(s, isum, acc) per lane, a horizontal tree at
+// the end (the former canonical order, before the x16 layout; MMQ takes the adjacent tree).
 //
 // Dot policy (ISum): `Prep prep(__m256i wq)` once per weight block (shared by all columns),
 // `__m256i isum(const Prep&, __m256i xq)` per column, and `transform_x(qs)` applied once per
@@ -235,125 +237,6 @@ void mmvq_row_range_any(int nc, const QMatrixView& w, const BlockQ8_0* x, const 
         case 6: return mmvq_row_range<ISum, 6, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
         case 7: return mmvq_row_range<ISum, 7, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
         default: return mmvq_row_range<ISum, 8, kCanonicalTree>(w, x, xd, y, row_begin, row_end);
-    }
-}
-
-template <class ISum, int NC>
-void mmvq_nc(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
-    const int nb = w.cols / QK8_0;
-    // xd [nb * 8], 32-byte aligned for the lane-scale loads.
-    float* xd = reinterpret_cast<float*>(
-        (reinterpret_cast<uintptr_t>(kernel_scratch(size_t(nb) * 8 + 8)) + 31) & ~uintptr_t(31));
-    BlockQ8_0* xt = ISum::kTransformsX ? kernel_scratch_blocks(size_t(NC) * nb) : nullptr;
-    const BlockQ8_0* xp = prepare_group<ISum>(x, NC, nb, xd, xt);
-    constexpr int kStreamR = mmvq_stream_rows_per_step<ISum, NC>();
-    const ReadAhead next = call_hint().next;
-    if constexpr (kPackedActivations<ISum, NC>) {
-        if (takes_packed<ISum>(NC, nb)) {
-            using Packed = typename ISum::Packed;
-            return mmvq_row_range<Packed, NC, true, kStreamR, Activations::kPacked>(
-                w, pack_group<Packed, NC>(xp, nb, xd), xd, y, row_begin, row_end, next);
-        }
-    }
-    // One column, short rows, far prefetch (the AVX2 path forced on an AVX-512 CPU), one thread:
-    // two rows per step. One row is one FMA chain (4 cycles a block: ~22 GB/s at 2.6 GHz, below
-    // the DRAM probe); two chains lift it. On the 2-vCPU Zen 4, ds4-mini q1 prefill at 1 thread,
-    // same process alternated (32-token prompts): 1.074x tok/s paired median (42 of 50 rounds
-    // faster); 128 tokens 1.067x. Not at 2 threads: 0.964x (11 of 40), the two threads' four
-    // streams read worse than two.
-    if constexpr (NC == 1 && ISum::kSingleStream) {
-        if (nb <= kSingleStreamMaxBlocks && prefetch_far() && call_hint().threads == 1)
-            return mmvq_row_range<ISum, 1, true, 2>(w, xp, xd, y, row_begin, row_end, next);
-    }
-    if (nb <= kSingleStreamMaxBlocks)
-        mmvq_row_range<ISum, NC, true, kStreamR>(w, xp, xd, y, row_begin, row_end, next);
-    else
-        mmvq_row_range<ISum, NC, true>(w, xp, xd, y, row_begin, row_end, next);
-}
-
-// A wide product's row (2..4 packed columns: compute-bound on AVX2) and a one-column product's
-// row (bandwidth-bound) in one block loop, so the narrow row's DRAM stream overlaps the wide
-// row's arithmetic instead of the two running one after the other. Each row's accumulators
-// take exactly the steps mmvq_rows gives them alone (mmvq_block, same prefetch distance), so
-// every output has the bits of its standalone call.
-template <class ISum, int NC>
-inline void mmvq_pair_row(const BlockQ8_0* wa_row, const void* xa, const float* xda, float* ya, int NA, int na,
-                          const BlockQ8_0* wb_row, const BlockQ8_0* xb, const float* xdb, float* yb, int NB, int nbr,
-                          int nb) {
-    using Packed = typename ISum::Packed;
-    __m256 acca[NC], accb[1] = {_mm256_setzero_ps()};
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) acca[c] = _mm256_setzero_ps();
-    const BlockQ8_0* const wa[1] = {wa_row};
-    const BlockQ8_0* const wb[1] = {wb_row};
-    const bool far = prefetch_far();
-    const intptr_t pf = intptr_t(prefetch_distance(size_t(nb), far) * sizeof(BlockQ8_0));
-    for (int b = 0; b < nb; ++b) {
-        mmvq_block<Packed, NC, 1, Activations::kPacked>(acca, wa, b, pf, far, xa, xda, nb);
-        mmvq_block<ISum, 1, 1, Activations::kBlocks>(accb, wb, b, pf, far, xb, xdb, nb);
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) ya[size_t(c) * NA + na] = hsum_tree<true>(acca[c]);
-    yb[nbr] = hsum_tree<true>(accb[0]);
-}
-
-// Rows a0 + i of a (2..4 columns) and b0 + i of b (1 column), i < min(a1 - a0, b1 - b0), fused
-// row by row; returns that count. Callers check pair_eligible first.
-template <class ISum, int NC>
-int mmvq_pair_nc(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
-    const int nb = a.w.cols / QK8_0;
-    const int n = std::min(a1 - a0, b1 - b0);
-    alignas(32) float xda[kSingleStreamMaxBlocks * 8 + 8];
-    alignas(32) float xdb[kSingleStreamMaxBlocks * 8 + 8];
-    // As mmvq_nc prepares each alone (pair_eligible: X is not transformed, so no xt).
-    const BlockQ8_0* xa = prepare_group<ISum>(a.x, NC, nb, xda, nullptr);
-    const __m256i* packed = pack_group<typename ISum::Packed, NC>(xa, nb, xda);
-    const BlockQ8_0* xb = prepare_group<ISum>(b.x, 1, nb, xdb, nullptr);
-    for (int i = 0; i < n; ++i)
-        mmvq_pair_row<ISum, NC>(a.w.blocks + size_t(a0 + i) * nb, packed, xda, a.y, a.w.rows, a0 + i,
-                                b.w.blocks + size_t(b0 + i) * nb, xb, xdb, b.y, b.w.rows, b0 + i, nb);
-    return n;
-}
-
-// Whether mmvq_pair_any can fuse a (wide) with b (narrow): both narrow MMVQ, a on the packed
-// path (takes_packed), b with one column and the same K.
-template <class ISum>
-bool pair_eligible(const MatTask& a, const MatTask& b) {
-    return a.kernel == MatKernel::kMMVQ && b.kernel == MatKernel::kMMVQ && b.ncols == 1 && a.w.cols == b.w.cols &&
-           takes_packed<ISum>(a.ncols, a.w.cols / QK8_0) && !ISum::kTransformsX;
-}
-
-template <class ISum>
-int mmvq_pair_any(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
-    if (!pair_eligible<ISum>(a, b)) return 0;
-    if constexpr (ISum::kSingleStream) {
-        switch (a.ncols) {
-            case 2: return mmvq_pair_nc<ISum, 2>(a, a0, a1, b, b0, b1);
-            case 3: return mmvq_pair_nc<ISum, 3>(a, a0, a1, b, b0, b1);
-            default: return mmvq_pair_nc<ISum, 4>(a, a0, a1, b, b0, b1);
-        }
-    }
-    return 0;
-}
-
-// Any ncols: groups of up to 8 columns, each column still in the canonical order.
-template <class ISum>
-void mmvq_any(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
-              int row_end) {
-    const int nb = w.cols / QK8_0;
-    for (int c0 = 0; c0 < ncols; c0 += 8) {
-        const BlockQ8_0* xc = x + size_t(c0) * nb;
-        float* yc = y + size_t(c0) * w.rows;
-        switch (ncols - c0 < 8 ? ncols - c0 : 8) {
-            case 1: mmvq_nc<ISum, 1>(w, xc, yc, row_begin, row_end); break;
-            case 2: mmvq_nc<ISum, 2>(w, xc, yc, row_begin, row_end); break;
-            case 3: mmvq_nc<ISum, 3>(w, xc, yc, row_begin, row_end); break;
-            case 4: mmvq_nc<ISum, 4>(w, xc, yc, row_begin, row_end); break;
-            case 5: mmvq_nc<ISum, 5>(w, xc, yc, row_begin, row_end); break;
-            case 6: mmvq_nc<ISum, 6>(w, xc, yc, row_begin, row_end); break;
-            case 7: mmvq_nc<ISum, 7>(w, xc, yc, row_begin, row_end); break;
-            default: mmvq_nc<ISum, 8>(w, xc, yc, row_begin, row_end); break;
-        }
     }
 }
 

@@ -1,27 +1,17 @@
-// AVX2 (+FMA, F16C) kernel set: narrow MMVQ (canonical order) and tiled MMQ, int8 dot via
-// sign + maddubs + madd.
+// AVX2 (+FMA, F16C) kernel set: tiled MMQ (int8 dot via sign + maddubs + madd over row-major
+// blocks), the quantizer, and the table; the narrow MMVQ is mmvq_x16_avx2.cpp.
 #include "mmvq_impl.h"
 // (after mmvq_impl.h: the MMQ backend runs the MMVQ row bodies)
 #include "mmq_impl.h"
 
 namespace dq::simd {
 
-void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
-               int row_end) {
-    mmvq_any<ISumAvx2>(w, x, ncols, y, row_begin, row_end);
-}
-
 void mmq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin,
               int row_end) {
     mmq_tiled<MmqBackend256<ISumAvx2>>(w, x, ncols, y, row_begin, row_end);
 }
 
-int mmvq_pair_avx2(const MatTask& a, int a0, int a1, const MatTask& b, int b0, int b1) {
-    return mmvq_pair_any<ISumAvx2>(a, a0, a1, b, b0, b1);
-}
-
-const KernelSet kAvx2Kernels = {"avx2", mmvq_avx2, mmq_avx2, 4, kMmqRowTile, quantize_row_q8_0_avx2,
-                                mmvq_pair_avx2};
+const KernelSet kAvx2Kernels = {"avx2", mmvq_avx2, mmq_avx2, kPackRows, kMmqRowTile, quantize_row_q8_0_avx2};
 
 }  // namespace dq::simd
 

@@ -10,7 +10,7 @@
 namespace dq::simd {
 namespace {
 
-// Canonical horizontal sum (kernels.h): ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)).
+// The strided horizontal sum ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7)) (row-major bodies).
 inline float hsum_canonical(__m256 a) {
     const __m128 lo = _mm256_castps256_ps128(a);
     const __m128 hi = _mm256_extractf128_ps(a, 1);

@@ -49,7 +49,9 @@ int main() {
         for (int c = 0; c < 12; ++c)
             for (int n = 0; n < rows; ++n)
                 ref[size_t(c) * rows + n] = vec_dot_q8_0_q8_0_ref(w.data() + size_t(n) * nb, x.data() + size_t(c) * nb, nb);
-        const QMatrixView view{w.data(), rows, k};
+        std::vector<uint8_t> packed(packed_bytes(rows, k));
+        pack_q8_0_x16(w.data(), rows, k, packed.data());
+        const QMatrixView view{w.data(), rows, k, packed.data()};  // narrow MMVQ streams the x16 copy
         for (const char* path : paths) {
             if (!set_simd_path(path)) continue;
             for (int nc = 1; nc <= 12; ++nc) {

@@ -1,0 +1,162 @@
+// Narrow MMVQ on the AVX2 path over the x16 layout (q8_0.h), canonical order, 1..8 columns.
+//
+// One ymm lane per row: a 64-byte line qs[b][q] holds 16 rows' 4 values of quad q, read as two
+// ymm (rows 0..7, rows 8..15). Per half, quad and column (no VNNI): t = vpsignb(w, x4) (w with
+// x's signs), vpmaddubsw(|x4|, t) (pairs of products: |x| <= 127 and |w| <= 127 fit int16),
+// vpmaddwd by ones (the row's 4 products, int32), vpaddd into the row's block sum: exact int32,
+// so each lane ends the block with its row's exact sum. Then per block, half and column one
+// vcvtdq2ps, s = wd * xd (8 rows' scales by one vcvtph2ps, one vmulps) and one fma: the bits of
+// vec_dot_q8_0_q8_0_ref. x4 and |x4| are the column's 4 activation bytes broadcast from memory.
+//
+// Registers (16 ymm): NC <= 2 runs both halves per block; 3..4 columns one half per pass (the
+// group's second pass reads its lines from L2); 5..8 columns as groups of at most 4.
+#include <algorithm>
+#include <cstring>
+
+#include "kernel_table.h"
+#include "q8_0_simd.h"
+
+namespace dq::simd {
+
+namespace {
+
+// prefetch_far(): prefetcht2 32 KB ahead (AVX-512 hosts running this path); else prefetcht0
+// 4 KB ahead (the near policy measured on Zen 3 for row-major streams).
+constexpr size_t kFarBytes = 32768, kNearBytes = 4352;
+
+struct X16Prep2 {
+    const int8_t* xq;   // [nb][nc][32] signed quants
+    const uint8_t* xa;  // [nb][nc][32] |quants|
+    const float* xd;    // [nb][nc]
+};
+
+inline X16Prep2 prepare_x16_avx2(const BlockQ8_0* x, int nc, int nb) {
+    uint8_t* buf = kernel_scratch_bytes(size_t(nb) * nc * (64 + 4));
+    int8_t* xq = reinterpret_cast<int8_t*>(buf);
+    uint8_t* xa = buf + size_t(nb) * nc * 32;
+    float* xd = reinterpret_cast<float*>(buf + size_t(nb) * nc * 64);
+    for (int b = 0; b < nb; ++b)
+        for (int c = 0; c < nc; ++c) {
+            const BlockQ8_0& xb = x[size_t(c) * nb + b];
+            const size_t o = (size_t(b) * nc + c) * 32;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + o), q);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xa + o), _mm256_abs_epi8(q));
+            xd[size_t(b) * nc + c] = _cvtsh_ss(xb.d);
+        }
+    return {xq, xa, xd};
+}
+
+inline __m256i bcast4(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Halves [h0, h0 + H) of one group x NC columns -> y rows n0 + 8h .. (valid rows of the group).
+template <int NC, int H>
+inline void x16_group_avx2(const uint8_t* base, int nb, const X16Prep2& xp, float* y, int N, int n0, int valid,
+                           int h0, intptr_t pfd, bool far) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint16_t* dsec = reinterpret_cast<const uint16_t*>(base + size_t(nb) * kPackBlockBytes);
+    __m256 acc[H * NC];
+#pragma GCC unroll 8
+    for (int i = 0; i < H * NC; ++i) acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+        const uint8_t* q = base + size_t(b) * kPackBlockBytes;
+        if (h0 == 0) {  // the first pass over a group prefetches its stream
+            const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
+#pragma GCC unroll 9
+            for (int l = 0; l < 9; ++l) {
+                if (far) _mm_prefetch(offset_ptr(cursor + 64 * l, pfd), _MM_HINT_T2);
+                else _mm_prefetch(offset_ptr(cursor + 64 * l, pfd), _MM_HINT_T0);
+            }
+        }
+        __m256i s[H * NC];
+#pragma GCC unroll 8
+        for (int i = 0; i < H * NC; ++i) s[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; ++c) {
+                const size_t o = (size_t(b) * NC + c) * 32 + 4 * i;
+                const __m256i xs = bcast4(xp.xq + o), xa = bcast4(xp.xa + o);
+#pragma GCC unroll 2
+                for (int h = 0; h < H; ++h) {
+                    const __m256i w = _mm256_loadu_si256(
+                        reinterpret_cast<const __m256i*>(q + i * kPackQuadBytes + 32 * (h0 + h)));
+                    const __m256i p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w, xs));
+                    s[h * NC + c] = _mm256_add_epi32(s[h * NC + c], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < H; ++h) {
+            const __m256 wd = _mm256_cvtph_ps(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(dsec + size_t(b) * kPackRows + 8 * (h0 + h))));
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; ++c) {
+                const __m256 sc = _mm256_mul_ps(wd, _mm256_set1_ps(xp.xd[size_t(b) * NC + c]));
+                acc[h * NC + c] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s[h * NC + c]), acc[h * NC + c]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) {
+        const int r0 = 8 * (h0 + h), nv = std::min(8, valid - r0);
+        if (nv <= 0) continue;
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; ++c) {
+            float* out = y + size_t(c) * N + n0 + r0;
+            if (nv == 8) {
+                _mm256_storeu_ps(out, acc[h * NC + c]);
+            } else {
+                alignas(32) float t[8];
+                _mm256_store_ps(t, acc[h * NC + c]);
+                std::memcpy(out, t, sizeof(float) * size_t(nv));
+            }
+        }
+    }
+}
+
+template <int NC>
+void x16_range_avx2(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
+    const int nb = w.cols / QK8_0;
+    const X16Prep2 xp = prepare_x16_avx2(x, NC, nb);
+    const size_t gbytes = packed_group_bytes(w.cols);
+    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
+    const ReadAhead next = call_hint().next;
+    const bool far = prefetch_far();
+    const size_t pf = far ? kFarBytes : kNearBytes;
+    for (int n = row_begin; n < row_end; n += kPackRows) {
+        const uint8_t* g = w.packed + size_t(n / kPackRows) * gbytes;
+        const int valid = std::min(kPackRows, row_end - n);
+        const intptr_t pfd = prefetch_offset(g, gbytes, pf, end, next);
+        if constexpr (NC <= 2) {
+            x16_group_avx2<NC, 2>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
+        } else {
+            x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
+            if (valid > 8) x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 1, pfd, far);
+        }
+    }
+}
+
+}  // namespace
+
+void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end) {
+    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
+    const int nb = w.cols / QK8_0;
+    for (int c0 = 0; c0 < ncols; c0 += 4) {
+        const int nc = std::min(4, ncols - c0);
+        const BlockQ8_0* xc = x + size_t(c0) * nb;
+        float* yc = y + size_t(c0) * w.rows;
+        switch (nc) {
+            case 1: x16_range_avx2<1>(w, xc, yc, row_begin, row_end); break;
+            case 2: x16_range_avx2<2>(w, xc, yc, row_begin, row_end); break;
+            case 3: x16_range_avx2<3>(w, xc, yc, row_begin, row_end); break;
+            default: x16_range_avx2<4>(w, xc, yc, row_begin, row_end); break;
+        }
+    }
+}
+
+}  // namespace dq::simd
