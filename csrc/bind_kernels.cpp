@@ -203,10 +203,14 @@ py::dict features_dict() {
     d["avx512bw"] = f.avx512bw;
     d["avx512vl"] = f.avx512vl;
     d["avx512vnni"] = f.avx512vnni;
+    d["amx_tile"] = f.amx_tile;
+    d["amx_int8"] = f.amx_int8;
+    d["amx_permitted"] = f.amx_permitted;
     py::list paths;
     paths.append("scalar");
     if (f.avx2_path()) paths.append("avx2");
     if (f.avx512vnni_path()) paths.append("avx512vnni");
+    if (f.amx_path()) paths.append("amx");
     d["paths"] = paths;
     return d;
 }

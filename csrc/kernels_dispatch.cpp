@@ -17,6 +17,7 @@ namespace {
 
 const simd::KernelSet* best_available() {
     const CpuFeatures& f = cpu_features();
+    if (f.amx_path()) return &simd::kAmxKernels;
     if (f.avx512vnni_path()) return &simd::kAvx512VnniKernels;
     if (f.avx2_path()) return &simd::kAvx2Kernels;
     return &simd::kScalarKernels;
@@ -28,6 +29,7 @@ const simd::KernelSet* by_name(const char* name) {
     if (std::strcmp(name, "scalar") == 0) return &simd::kScalarKernels;
     if (std::strcmp(name, "avx2") == 0 && f.avx2_path()) return &simd::kAvx2Kernels;
     if (std::strcmp(name, "avx512vnni") == 0 && f.avx512vnni_path()) return &simd::kAvx512VnniKernels;
+    if (std::strcmp(name, "amx") == 0 && f.amx_path()) return &simd::kAmxKernels;
     return nullptr;
 }
 
@@ -68,7 +70,7 @@ const char* simd_path() { return active().load(std::memory_order_relaxed)->name;
 const char* simd_path_env_error() {
     const char* env = std::getenv("DQ_SIMD_PATH");
     if (env == nullptr || *env == '\0' || by_name(env) != nullptr) return "";
-    return "DQ_SIMD_PATH names no SIMD path this CPU has (expected scalar, avx2, avx512vnni or auto)";
+    return "DQ_SIMD_PATH names no SIMD path this CPU has (expected scalar, avx2, avx512vnni, amx or auto)";
 }
 
 bool set_simd_path(const char* name) {

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write all results to this file")
     ap.add_argument("--quick", action="store_true", help="small matrices (smoke run)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--path", default="auto", help="SIMD path: auto, avx2, avx512vnni, scalar")
+    ap.add_argument("--path", default="auto", help="SIMD path: auto, scalar, avx2, avx512vnni, amx")
     ap.add_argument("--sections", default="mmvq,mmq,threads", help="comma list of mmvq, mmq, threads")
     args = ap.parse_args(argv)
 

@@ -8,7 +8,7 @@ ceiling reached, and q1's effective weight bandwidth (counted bytes / prefill ti
 the machine's read-bandwidth probe taken with the same thread count. Each thread count in
 --threads (default 1 and 2: on a shared 2-core box one thread is often the fairer figure) is
 measured in turn and printed as its own table. Targets (issue #25): q4 >= 90% of its ceiling; q1 >= 85%
-of the probe. DQ_SIMD_PATH (scalar, avx2, avx512vnni) forces the kernels' instruction-set path.
+of the probe. DQ_SIMD_PATH (scalar, avx2, avx512vnni, amx) forces the kernels' instruction-set path.
 All modes must produce bitwise-identical logits (checked).
 
 The target figures are paired per round: each round takes a probe, then q1, q2, q3 and q4 back

@@ -32,6 +32,7 @@ extern const KernelSet kScalarKernels;
 // Built from csrc/simd/*_avx2.cpp / *_avx512.cpp; only called when cpu_features says so.
 extern const KernelSet kAvx2Kernels;
 extern const KernelSet kAvx512VnniKernels;
+extern const KernelSet kAmxKernels;  // csrc/simd/*_amx.cpp: AMX-INT8 narrow MMVQ, the rest AVX-512
 
 // Per-thread float scratch of at least n elements (contents unspecified), owned by portable
 // code so ISA-flagged files never instantiate std:: templates (an ODR-merged copy compiled

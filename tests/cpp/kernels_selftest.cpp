@@ -38,7 +38,7 @@ void check(bool ok, const char* what, const char* path, int rows, int k, int nc,
 
 int main() {
     std::mt19937 rng(1234);
-    const char* paths[] = {"scalar", "avx2", "avx512vnni"};
+    const char* paths[] = {"scalar", "avx2", "avx512vnni", "amx"};
     const int shapes[][2] = {{1, 32}, {7, 64}, {33, 96}, {257, 160}, {40, 4096}};
     ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
     for (const auto& sh : shapes) {

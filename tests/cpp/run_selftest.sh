@@ -14,5 +14,9 @@ for f in csrc/simd/*_avx512.cpp; do
   o="$OUT/$(basename "$f" .cpp).o"
   g++ $CF -c "$f" -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -o "$o"; OBJS="$OBJS $o"
 done
+for f in csrc/simd/*_amx.cpp; do
+  o="$OUT/$(basename "$f" .cpp).o"
+  g++ $CF -c "$f" -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mamx-tile -mamx-int8 -o "$o"; OBJS="$OBJS $o"
+done
 g++ $CF $SRC tests/cpp/kernels_selftest.cpp $OBJS -lpthread -o "$OUT/kernels_selftest"
 "$OUT/kernels_selftest"

@@ -1,0 +1,91 @@
+// Narrow MMVQ with AMX-INT8 tiles over the x16 layout (q8_0.h), canonical order, 1..8 columns.
+//
+// An x16 block is already a tile B in AMX's VNNI format: 8 rows (quads) of 64 bytes, row q holding
+// the group's 16 weight rows' values 4q..4q+3. A = the block's activations, one tile row per
+// column (32 bytes, read in place from the Q8_0 blocks with a stride of one activation row).
+// tdpbssd (signed x signed) gives C [ncols][16] = each (column, weight row)'s exact int32 sum of
+// the block's 32 products; stored and read back as zmm, then per block and column one vcvtdq2ps,
+// s = wd * xd (16 rows' scales by one vcvtph2ps) and one fma: the bits of vec_dot_q8_0_q8_0_ref.
+// Prefetch as on the AVX-512 path. The tile configuration is loaded per call (each thread),
+// released at its end. The rest of the kernel set (MMQ, quantization) is the AVX-512 one.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernel_table.h"
+
+namespace dq::simd {
+
+namespace {
+
+constexpr size_t kPrefetchBytes = 32768, kPrefetchStep = 16;
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Tiles: 0 = C [nc][16] int32, 1 = A [nc][32] int8, 2 = B [8][64] int8.
+void load_config(int nc) {
+    TileConfig cfg;
+    cfg.colsb[0] = 64;
+    cfg.rows[0] = uint8_t(nc);
+    cfg.colsb[1] = QK8_0;
+    cfg.rows[1] = uint8_t(nc);
+    cfg.colsb[2] = 64;
+    cfg.rows[2] = QK8_0 / 4;
+    _tile_loadconfig(&cfg);
+}
+
+void amx_range(const QMatrixView& w, const BlockQ8_0* x, int nc, float* y, int row_begin, int row_end) {
+    const int nb = w.cols / QK8_0;
+    float* xd = kernel_scratch(size_t(nb) * nc);
+    for (int b = 0; b < nb; ++b)
+        for (int c = 0; c < nc; ++c) xd[size_t(b) * nc + c] = _cvtsh_ss(x[size_t(c) * nb + b].d);
+    const size_t gbytes = packed_group_bytes(w.cols), xstride = size_t(nb) * sizeof(BlockQ8_0);
+    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
+    const ReadAhead next = call_hint().next;
+    alignas(64) int32_t cbuf[8 * kPackRows];
+    load_config(nc);
+    for (int n = row_begin; n < row_end; n += kPackRows) {
+        const uint8_t* base = w.packed + size_t(n / kPackRows) * gbytes;
+        const intptr_t pfd = prefetch_offset(base, gbytes, kPrefetchBytes, end, next);
+        const uint16_t* dsec = reinterpret_cast<const uint16_t*>(base + size_t(nb) * kPackBlockBytes);
+        __m512 acc[8];
+        for (int c = 0; c < nc; ++c) acc[c] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; ++b) {
+            const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
+#pragma GCC unroll 34
+            for (size_t o = 0; o < kPackGroupBlockBytes; o += kPrefetchStep) _mm_prefetch(offset_ptr(cursor + o, pfd), _MM_HINT_T2);
+            _tile_zero(0);
+            _tile_loadd(1, x[b].qs, xstride);
+            _tile_loadd(2, base + size_t(b) * kPackBlockBytes, 64);
+            _tile_dpbssd(0, 1, 2);
+            _tile_stored(0, cbuf, 64);
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dsec + size_t(b) * kPackRows)));
+            for (int c = 0; c < nc; ++c) {
+                const __m512 s = _mm512_mul_ps(wd, _mm512_set1_ps(xd[size_t(b) * nc + c]));
+                acc[c] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + c * kPackRows)), acc[c]);
+            }
+        }
+        const int valid = std::min(kPackRows, row_end - n);
+        const __mmask16 m = valid >= kPackRows ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
+        for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(y + size_t(c) * w.rows + n, m, acc[c]);
+    }
+    _tile_release();
+}
+
+}  // namespace
+
+void mmvq_amx(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end) {
+    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
+    const int nb = w.cols / QK8_0;
+    for (int c0 = 0; c0 < ncols; c0 += 8)
+        amx_range(w, x + size_t(c0) * nb, std::min(8, ncols - c0), y + size_t(c0) * w.rows, row_begin, row_end);
+}
+
+const KernelSet kAmxKernels = {"amx", mmvq_amx, mmq_avx512vnni, kPackRows, 16, quantize_row_q8_0_avx2};
+
+}  // namespace dq::simd
