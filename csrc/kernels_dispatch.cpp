@@ -17,7 +17,8 @@ namespace {
 
 const simd::KernelSet* best_available() {
     const CpuFeatures& f = cpu_features();
-    if (f.amx_path()) return &simd::kAmxKernels;
+    // amx (where the CPU and the kernel allow it) only when asked for: measured slower than
+    // avx512vnni on the one AMX host here (csrc/simd/mmvq_amx.cpp).
     if (f.avx512vnni_path()) return &simd::kAvx512VnniKernels;
     if (f.avx2_path()) return &simd::kAvx2Kernels;
     return &simd::kScalarKernels;

@@ -291,7 +291,8 @@ def test_simd_path_switch_and_features():
         assert K.set_simd_path(path)
         assert K.simd_path() == path
     assert K.set_simd_path("auto")
-    assert K.simd_path() == feats["paths"][-1]
+    # the best path the CPU has, except amx, which is taken only when named (csrc/simd/mmvq_amx.cpp)
+    assert K.simd_path() == [p for p in feats["paths"] if p != "amx"][-1]
 
 
 @pytest.mark.parametrize("limit", [7.0, 120.0])  # 120: exp's clamp at 88 and its underflow to 0
