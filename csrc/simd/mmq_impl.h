@@ -69,8 +69,7 @@ struct MmqBackend256 {
     }
     static void rows(int nc, const QMatrixView& w, const void* prepared, const float* xd, float* y,
                      int row_begin, int row_end) {
-        mmvq_row_range_any<ISum, false>(nc, w, static_cast<const BlockQ8_0*>(prepared), xd, y,
-                                        row_begin, row_end);
+        mmvq_row_range_any<ISum>(nc, w, static_cast<const BlockQ8_0*>(prepared), xd, y, row_begin, row_end);
     }
 };
 

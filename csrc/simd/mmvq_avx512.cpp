@@ -15,7 +15,7 @@ constexpr int kZmmPrefetchBytes = 512;
 // Prepared activations per block b and column pair p (c0 = 2p, c1 = 2p+1, or c0 again for
 // an odd tail whose high half is discarded): xp holds 64 bytes = (x+128) of c0 | of c1, and
 // xd16 holds 16 floats = fp32(xd of c0) x 8 | fp32(xd of c1) x 8.
-template <int NC, int R, bool kCanonicalTree>
+template <int NC, int R>
 inline void mmvq_rows_zmm(const BlockQ8_0* W, int nb, const uint8_t* xp, const float* xd16,
                           float* y, int N, int n0) {
     constexpr int NP = (NC + 1) / 2;
@@ -55,10 +55,10 @@ inline void mmvq_rows_zmm(const BlockQ8_0* W, int nb, const uint8_t* xp, const f
 #pragma GCC unroll 4
         for (int p = 0; p < NP; ++p) {
             const __m512 a = acc[r * NP + p];
-            y[size_t(2 * p) * N + n0 + r] = hsum_tree<kCanonicalTree>(_mm512_castps512_ps256(a));
+            y[size_t(2 * p) * N + n0 + r] = hsum_adjacent(_mm512_castps512_ps256(a));
             if (2 * p + 1 < NC) {
                 const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-                y[size_t(2 * p + 1) * N + n0 + r] = hsum_tree<kCanonicalTree>(hi);
+                y[size_t(2 * p + 1) * N + n0 + r] = hsum_adjacent(hi);
             }
         }
     }
@@ -83,7 +83,7 @@ inline void prepare_zmm(const BlockQ8_0* x, int nc, int nb, uint8_t* xp, float* 
     }
 }
 
-template <int NC, bool kCanonicalTree>
+template <int NC>
 void zmm_row_range(const QMatrixView& w, const uint8_t* xp, const float* xd16, float* y,
                    int row_begin, int row_end) {
     // 4 rows for every NC: <= 16 accumulators + 12 weight registers of 32; measured ~15%
@@ -92,22 +92,21 @@ void zmm_row_range(const QMatrixView& w, const uint8_t* xp, const float* xd16, f
     const int nb = w.cols / QK8_0;
     int n = row_begin;
     for (; n + R <= row_end; n += R)
-        mmvq_rows_zmm<NC, R, kCanonicalTree>(w.blocks, nb, xp, xd16, y, w.rows, n);
-    for (; n < row_end; ++n) mmvq_rows_zmm<NC, 1, kCanonicalTree>(w.blocks, nb, xp, xd16, y, w.rows, n);
+        mmvq_rows_zmm<NC, R>(w.blocks, nb, xp, xd16, y, w.rows, n);
+    for (; n < row_end; ++n) mmvq_rows_zmm<NC, 1>(w.blocks, nb, xp, xd16, y, w.rows, n);
 }
 
-template <bool kCanonicalTree>
 void zmm_row_range_any(int nc, const QMatrixView& w, const uint8_t* xp, const float* xd16,
                        float* y, int row_begin, int row_end) {
     switch (nc) {
-        case 1: return zmm_row_range<1, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 2: return zmm_row_range<2, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 3: return zmm_row_range<3, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 4: return zmm_row_range<4, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 5: return zmm_row_range<5, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 6: return zmm_row_range<6, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        case 7: return zmm_row_range<7, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
-        default: return zmm_row_range<8, kCanonicalTree>(w, xp, xd16, y, row_begin, row_end);
+        case 1: return zmm_row_range<1>(w, xp, xd16, y, row_begin, row_end);
+        case 2: return zmm_row_range<2>(w, xp, xd16, y, row_begin, row_end);
+        case 3: return zmm_row_range<3>(w, xp, xd16, y, row_begin, row_end);
+        case 4: return zmm_row_range<4>(w, xp, xd16, y, row_begin, row_end);
+        case 5: return zmm_row_range<5>(w, xp, xd16, y, row_begin, row_end);
+        case 6: return zmm_row_range<6>(w, xp, xd16, y, row_begin, row_end);
+        case 7: return zmm_row_range<7>(w, xp, xd16, y, row_begin, row_end);
+        default: return zmm_row_range<8>(w, xp, xd16, y, row_begin, row_end);
     }
 }
 
@@ -121,7 +120,7 @@ struct MmqBackendZmm {
     }
     static void rows(int nc, const QMatrixView& w, const void* prepared, const float* xd16,
                      float* y, int row_begin, int row_end) {
-        zmm_row_range_any<false>(nc, w, static_cast<const uint8_t*>(prepared), xd16, y, row_begin,
+        zmm_row_range_any(nc, w, static_cast<const uint8_t*>(prepared), xd16, y, row_begin,
                                  row_end);
     }
 };
