@@ -64,6 +64,13 @@ void with_hint(const ReadAhead& next, int threads, Fn&& fn) {
     simd::call_hint() = {};
 }
 
+// The row kernel of ks for a product: narrow MMVQ needs w's x16 copy; a matrix without one (a
+// row-major view from other code) gets the scalar reference's rows, the same bits.
+simd::MatRowsFn rows_fn(const simd::KernelSet* ks, MatKernel kernel, const QMatrixView& w) {
+    if (kernel == MatKernel::kMMQ) return ks->mmq;
+    return w.packed != nullptr ? ks->mmvq : simd::mmvq_scalar;
+}
+
 }  // namespace
 
 const char* simd_path() { return active().load(std::memory_order_relaxed)->name; }
@@ -87,7 +94,7 @@ bool set_simd_path(const char* name) {
 void mul_mat_q8_0(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                   MatKernel kernel, ThreadPool* pool, ReadAhead next) {
     const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
-    const simd::MatRowsFn fn = kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq;
+    const simd::MatRowsFn fn = rows_fn(ks, kernel, w);
     const int grain = kernel == MatKernel::kMMVQ ? ks->mmvq_grain : ks->mmq_grain;
     if (pool == nullptr || pool->size() <= 1 || w.rows <= grain) {
         with_hint(next, 1, [&] { fn(w, x, ncols, y, 0, w.rows); });
@@ -103,7 +110,7 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead
     const simd::KernelSet* ks = active().load(std::memory_order_relaxed);
     const int threads = pool == nullptr ? 1 : pool->size();
     auto run = [&](const MatTask& t, int lo, int hi, const ReadAhead& after) {  // rows [lo, hi) of one product
-        with_hint(after, threads, [&] { (t.kernel == MatKernel::kMMVQ ? ks->mmvq : ks->mmq)(t.w, t.x, t.ncols, t.y, lo, hi); });
+        with_hint(after, threads, [&] { rows_fn(ks, t.kernel, t.w)(t.w, t.x, t.ncols, t.y, lo, hi); });
     };
     if (pool == nullptr || pool->size() <= 1) {
         // One thread: each product's stream runs on into the next one's (the last into `next`).

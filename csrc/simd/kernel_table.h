@@ -15,8 +15,11 @@ using MatRowsFn = void (*)(const QMatrixView& w, const BlockQ8_0* x, int ncols, 
 using QuantizeRowFn = void (*)(const float* x, BlockQ8_0* y, int k);
 
 struct KernelSet {
-    const char* name;  // "scalar", "avx2", "avx512vnni"
-    MatRowsFn mmvq;    // canonical order; any ncols (groups of <= 8 columns), bitwise = reference
+    const char* name;  // "scalar", "avx2", "avx512vnni", "amx"
+    // Canonical order; any ncols (groups of <= 8 columns), bitwise = reference. The SIMD sets'
+    // kernels read w.packed (the dispatcher runs mmvq_scalar for a matrix without it) and take
+    // row_begin on a multiple of mmvq_grain (the x16 group).
+    MatRowsFn mmvq;
     MatRowsFn mmq;     // own order, any ncols >= 1
     int mmvq_grain;    // thread slice granularity (rows the kernel handles at once)
     int mmq_grain;
@@ -24,7 +27,7 @@ struct KernelSet {
 };
 
 // The scalar reference's narrow MMVQ rows (kernels_ref.cpp): reads w.packed when set, else the
-// row-major blocks. The SIMD paths run it for matrices without the x16 layout.
+// row-major blocks. The dispatcher runs it for matrices without the x16 layout on every path.
 void mmvq_scalar(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end);
 
 // Always built (kernels_ref.cpp).
@@ -69,6 +72,40 @@ inline intptr_t prefetch_offset(const void* group, size_t group_bytes, size_t pf
 inline const char* offset_ptr(const void* p, intptr_t offset) {
     return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + uintptr_t(offset));
 }
+
+namespace {  // internal linkage: each ISA file compiles its own copy
+
+// The x16 kernels' weight stream (mmvq_avx512.cpp, mmvq_x16_avx2.cpp, mmvq_amx.cpp): one
+// sequential stream per thread, prefetched kX16PrefetchBytes ahead (prefetcht2; the AVX2 body
+// without AVX-512 uses its near distance and prefetcht0) on a linear cursor of 544 bytes per
+// block, one prefetch per kX16PrefetchStep bytes (four per 64-byte line: docs/performance.md).
+constexpr size_t kX16PrefetchBytes = 32768, kX16PrefetchStep = 16;
+
+// Prefetches kBlocks blocks' worth of the group at `group` from block b on, `pfd` ahead
+// (prefetch_offset); kLocality as __builtin_prefetch's (1 = prefetcht2, 3 = prefetcht0).
+template <int kLocality, int kBlocks = 1>
+__attribute__((always_inline)) inline void prefetch_x16(const uint8_t* group, int b, intptr_t pfd) {
+    const char* cursor = reinterpret_cast<const char*>(group) + size_t(b) * kPackGroupBlockBytes;
+#pragma GCC unroll 68
+    for (size_t o = 0; o < kBlocks * kPackGroupBlockBytes; o += kX16PrefetchStep)
+        __builtin_prefetch(offset_ptr(cursor + o, pfd), 0, kLocality);
+}
+
+// fn(group, n0, valid, pfd) for each 16-row x16 group of rows [row_begin, row_end) (row_begin a
+// multiple of 16): its packed bytes, first row, rows to store, and its prefetch offset, which runs
+// on into the thread's read-ahead region (call_hint) at its last groups.
+template <class Fn>
+inline void for_each_x16_group(const QMatrixView& w, int row_begin, int row_end, size_t pf_bytes, Fn&& fn) {
+    const size_t gbytes = packed_group_bytes(w.cols);
+    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
+    const ReadAhead next = call_hint().next;
+    for (int n = row_begin; n < row_end; n += kPackRows) {
+        const uint8_t* g = w.packed + size_t(n / kPackRows) * gbytes;
+        fn(g, n, row_end - n < kPackRows ? row_end - n : kPackRows, prefetch_offset(g, gbytes, pf_bytes, end, next));
+    }
+}
+
+}  // namespace
 
 // Whether the AVX2 bodies prefetch W far ahead into L2 (true on CPUs with AVX-512) or near into
 // L1 (mmvq_impl.h); fixed for the process.

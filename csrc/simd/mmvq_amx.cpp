@@ -27,8 +27,6 @@ namespace dq::simd {
 
 namespace {
 
-constexpr size_t kPrefetchBytes = 32768, kPrefetchStep = 16;
-
 struct alignas(64) TileConfig {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -72,22 +70,16 @@ void amx_range(const QMatrixView& w, const BlockQ8_0* x, int nc, float* y, int r
     float* xd = kernel_scratch(size_t(nb) * nc);
     for (int b = 0; b < nb; ++b)
         for (int c = 0; c < nc; ++c) xd[size_t(b) * nc + c] = _cvtsh_ss(x[size_t(c) * nb + b].d);
-    const size_t gbytes = packed_group_bytes(w.cols), xstride = size_t(nb) * sizeof(BlockQ8_0);
-    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
-    const ReadAhead next = call_hint().next;
+    const size_t xstride = size_t(nb) * sizeof(BlockQ8_0);
     alignas(64) int32_t cbuf[2][8 * kPackRows];
     load_config(nc);
-    for (int n = row_begin; n < row_end; n += kPackRows) {
-        const uint8_t* base = w.packed + size_t(n / kPackRows) * gbytes;
-        const intptr_t pfd = prefetch_offset(base, gbytes, kPrefetchBytes, end, next);
+    for_each_x16_group(w, row_begin, row_end, kX16PrefetchBytes, [&](const uint8_t* base, int n, int valid, intptr_t pfd) {
         const uint16_t* dsec = reinterpret_cast<const uint16_t*>(base + size_t(nb) * kPackBlockBytes);
         __m512 acc[8];
         for (int c = 0; c < nc; ++c) acc[c] = _mm512_setzero_ps();
         for (int b = 0; b < nb; b += 2) {
             const bool two = b + 1 < nb;
-            const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
-#pragma GCC unroll 68
-            for (size_t o = 0; o < 2 * kPackGroupBlockBytes; o += kPrefetchStep) _mm_prefetch(offset_ptr(cursor + o, pfd), _MM_HINT_T2);
+            prefetch_x16<1, 2>(base, b, pfd);
             block_sums(x, xstride, base, b, two, cbuf[0], cbuf[1]);
             for (int k = 0; k < (two ? 2 : 1); ++k) {  // blocks in K order: b, then b + 1
                 const __m512 wd = _mm512_cvtph_ps(
@@ -98,17 +90,15 @@ void amx_range(const QMatrixView& w, const BlockQ8_0* x, int nc, float* y, int r
                 }
             }
         }
-        const int valid = std::min(kPackRows, row_end - n);
         const __mmask16 m = valid >= kPackRows ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u);
         for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(y + size_t(c) * w.rows + n, m, acc[c]);
-    }
+    });
     _tile_release();
 }
 
 }  // namespace
 
 void mmvq_amx(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end) {
-    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
     const int nb = w.cols / QK8_0;
     for (int c0 = 0; c0 < ncols; c0 += 8)
         amx_range(w, x + size_t(c0) * nb, std::min(8, ncols - c0), y + size_t(c0) * w.rows, row_begin, row_end);

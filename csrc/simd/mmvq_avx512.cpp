@@ -136,15 +136,12 @@ struct MmqBackendZmm {
 // and column one vcvtdq2ps, s = wd * xd (16 rows' scales by one vcvtph2ps, one vmulps) and one
 // fma: the bits of vec_dot_q8_0_q8_0_ref, with nothing summed across lanes.
 //
-// W streams as one sequential stream per thread (the groups are contiguous), prefetched with
-// prefetcht2 kPrefetchBytes ahead on a linear cursor of 544 bytes per block, running on into the
-// thread's read-ahead region (kernel_table.h call_hint) at its last groups. Four prefetches per
-// 64-byte line (one per 16 bytes): on the 2.6 GHz Zen 4, one column streamed from a 1 GiB x16
-// matrix (K = 1024, 1 thread, 15 alternated passes, medians) read 20.9 GB/s at one prefetch per
-// line, 21.8 at two, 24.1 at four, 20.9 at eight (row-major 4-row body of the earlier order 22.8,
-// read probe 28.9); 16 / 32 / 64 KB ahead at four per line 22.6 / 24.1 / 24.1. Hardware
-// prefetchers alone: ~12.
-constexpr size_t kPrefetchBytes = 32768, kPrefetchStep = 16;
+// W streams as one sequential stream per thread (kernel_table.h for_each_x16_group,
+// prefetch_x16). Four prefetches per 64-byte line (one per 16 bytes): on the 2.6 GHz Zen 4, one
+// column streamed from a 1 GiB x16 matrix (K = 1024, 1 thread, 15 alternated passes, medians) read
+// 20.9 GB/s at one prefetch per line, 21.8 at two, 24.1 at four, 20.9 at eight (row-major 4-row
+// body of the earlier order 22.8, read probe 28.9); 16 / 32 / 64 KB ahead at four per line 22.6 /
+// 24.1 / 24.1. Hardware prefetchers alone: ~12.
 
 // Prepared activations of nc columns per block b (kernel scratch): xq [nb][nc][32] int8,
 // corr [nb][nc] int32 (-128 * sum x), xd [nb][nc] fp32.
@@ -188,9 +185,7 @@ inline void x16_group(const uint8_t* base, int nb, const X16Prep& xp, float* y, 
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int b = 0; b < nb; ++b) {
         const uint8_t* q = base + size_t(b) * kPackBlockBytes;
-        const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
-#pragma GCC unroll 34
-        for (size_t o = 0; o < kPackGroupBlockBytes; o += kPrefetchStep) _mm_prefetch(offset_ptr(cursor + o, pfd), _MM_HINT_T2);
+        prefetch_x16<1>(base, b, pfd);
         __m512i s0[NC], s1[NC];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
@@ -224,21 +219,15 @@ template <int NC>
 void x16_range(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
     const int nb = w.cols / QK8_0;
     const X16Prep xp = prepare_x16(x, NC, nb);
-    const size_t gbytes = packed_group_bytes(w.cols);
-    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
-    const ReadAhead next = call_hint().next;
-    for (int n = row_begin; n < row_end; n += kPackRows) {
-        const uint8_t* g = w.packed + size_t(n / kPackRows) * gbytes;
-        x16_group<NC>(g, nb, xp, y, w.rows, n, std::min(kPackRows, row_end - n),
-                      prefetch_offset(g, gbytes, kPrefetchBytes, end, next));
-    }
+    for_each_x16_group(w, row_begin, row_end, kX16PrefetchBytes, [&](const uint8_t* g, int n, int valid, intptr_t pfd) {
+        x16_group<NC>(g, nb, xp, y, w.rows, n, valid, pfd);
+    });
 }
 
 }  // namespace
 
 void mmvq_avx512vnni(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y,
                      int row_begin, int row_end) {
-    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
     const int nb = w.cols / QK8_0;
     for (int c0 = 0; c0 < ncols; c0 += 8) {
         const int nc = ncols - c0 < 8 ? ncols - c0 : 8;

@@ -20,13 +20,13 @@ namespace dq::simd {
 
 namespace {
 
-// prefetch_far(): prefetcht2 32 KB ahead (AVX-512 hosts running this path); else prefetcht0
-// 4 KB ahead (the near policy measured on Zen 3 for row-major streams).
+// prefetch_far(): prefetcht2 kX16PrefetchBytes ahead (AVX-512 hosts running this path); else
+// prefetcht0 4 KB ahead (the near policy measured on Zen 3 for row-major streams).
 // Four prefetches per 64-byte line, as on the AVX-512 path: forced AVX2 on the 2.6 GHz Zen 4,
 // ds4-mini 64-token prefill, one process toggling the step per prefill (20 rounds): against one
 // per 16 bytes, one per 32 / 64 bytes gave q1 0.863x / 0.769x at 1 thread and 0.959x / 0.937x at
 // 2 threads, q4 1.003x / 0.937x and 1.022x / 0.959x; one per 8 bytes 0.901x (q1), 0.869x (q4).
-constexpr size_t kFarBytes = 32768, kNearBytes = 4352, kPrefetchStep = 16;
+constexpr size_t kNearBytes = 4352;
 
 struct X16Prep2 {
     const int8_t* xq;   // [nb][nc][32] signed quants
@@ -69,12 +69,8 @@ inline void x16_group_avx2(const uint8_t* base, int nb, const X16Prep2& xp, floa
     for (int b = 0; b < nb; ++b) {
         const uint8_t* q = base + size_t(b) * kPackBlockBytes;
         if (h0 == 0) {  // the first pass over a group prefetches its stream
-            const char* cursor = reinterpret_cast<const char*>(base) + size_t(b) * kPackGroupBlockBytes;
-#pragma GCC unroll 34
-            for (size_t o = 0; o < kPackGroupBlockBytes; o += kPrefetchStep) {
-                if (far) _mm_prefetch(offset_ptr(cursor + o, pfd), _MM_HINT_T2);
-                else _mm_prefetch(offset_ptr(cursor + o, pfd), _MM_HINT_T0);
-            }
+            if (far) prefetch_x16<1>(base, b, pfd);
+            else prefetch_x16<3>(base, b, pfd);
         }
         __m256i s[H * NC];
 #pragma GCC unroll 8
@@ -127,28 +123,21 @@ template <int NC>
 void x16_range_avx2(const QMatrixView& w, const BlockQ8_0* x, float* y, int row_begin, int row_end) {
     const int nb = w.cols / QK8_0;
     const X16Prep2 xp = prepare_x16_avx2(x, NC, nb);
-    const size_t gbytes = packed_group_bytes(w.cols);
-    const uint8_t* end = w.packed + size_t(pack_groups(row_end)) * gbytes;
-    const ReadAhead next = call_hint().next;
     const bool far = prefetch_far();
-    const size_t pf = far ? kFarBytes : kNearBytes;
-    for (int n = row_begin; n < row_end; n += kPackRows) {
-        const uint8_t* g = w.packed + size_t(n / kPackRows) * gbytes;
-        const int valid = std::min(kPackRows, row_end - n);
-        const intptr_t pfd = prefetch_offset(g, gbytes, pf, end, next);
-        if constexpr (NC <= 2) {
-            x16_group_avx2<NC, 2>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
-        } else {
-            x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
-            if (valid > 8) x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 1, pfd, far);
-        }
-    }
+    for_each_x16_group(w, row_begin, row_end, far ? kX16PrefetchBytes : kNearBytes,
+                       [&](const uint8_t* g, int n, int valid, intptr_t pfd) {
+                           if constexpr (NC <= 2) {
+                               x16_group_avx2<NC, 2>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
+                           } else {
+                               x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 0, pfd, far);
+                               if (valid > 8) x16_group_avx2<NC, 1>(g, nb, xp, y, w.rows, n, valid, 1, pfd, far);
+                           }
+                       });
 }
 
 }  // namespace
 
 void mmvq_avx2(const QMatrixView& w, const BlockQ8_0* x, int ncols, float* y, int row_begin, int row_end) {
-    if (w.packed == nullptr || row_begin % kPackRows != 0) return mmvq_scalar(w, x, ncols, y, row_begin, row_end);
     const int nb = w.cols / QK8_0;
     for (int c0 = 0; c0 < ncols; c0 += 4) {
         const int nc = std::min(4, ncols - c0);
