@@ -75,12 +75,12 @@ void mul_mat_q8_0_batch(const MatTask* tasks, int n, ThreadPool* pool, ReadAhead
 // Scalar reference of the canonical order for one output: always compiled, used by tests.
 float vec_dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* x, int nblocks);
 
-// Name of the active SIMD path ("amx", "avx512vnni", "avx2", "scalar"). At start-up it is the best
-// one the CPU has (amx only when named: see csrc/simd/mmvq_amx.cpp), or the one the environment variable DQ_SIMD_PATH names (scalar, avx2,
-// avx512vnni, amx, auto) when the CPU has it.
+// Name of the active SIMD path ("amx", "avx512vnni", "avx2", "scalar"). At start-up it is the
+// best one the CPU has (amx only when named: csrc/simd/mmvq_amx.cpp), or the one the environment
+// variable DQ_SIMD_PATH names (scalar, avx2, avx512vnni, amx, auto) when the CPU has it.
 const char* simd_path();
-// Force a path (tests / benches): "scalar", "avx2", "avx512vnni", "amx", or "auto". Returns false if
-// the CPU lacks it.
+// Force a path (tests / benches): "scalar", "avx2", "avx512vnni", "amx", or "auto". Returns
+// false if the CPU lacks it.
 bool set_simd_path(const char* name);
 // Why DQ_SIMD_PATH was not taken at start-up ("" when it was, or is unset).
 const char* simd_path_env_error();
