@@ -54,6 +54,7 @@ py::dict stats_dict(const StepStats& s) {
     for (int k = 0; k < kOpCount; ++k) ops[op_family_name(k)] = s.op_ns[k];
     py::dict out;
     out["weight_bytes"] = s.weight_bytes;
+    out["f32_weight_bytes"] = s.f32_weight_bytes;
     out["matmul_calls"] = s.matmul_calls;
     out["used_mmq"] = s.used_mmq;
     out["op_ns"] = ops;

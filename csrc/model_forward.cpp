@@ -90,7 +90,7 @@ ReadAhead Model::read_ahead_after(int l) const {
     return read_ahead_of(L.hc_attn.w_dyn);
 }
 
-void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc,
+void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc, StepStats& stats,
                         ReadAhead next) const {
     const ModelConfig& c = cfg_;
     const int d = c.d_model, hc = c.hc_mult, rows = c.hc_dyn_rows();
@@ -103,6 +103,7 @@ void Model::hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w
     // two threads fetching halves beat one (q1, 2 threads: hc ~380 -> ~290 us/token).
     const float* means[kMaxStep];
     for (int j = 0; j < w; ++j) means[j] = sc.tok_tmp(j);
+    stats.f32_weight_bytes += uint64_t(rows) * d * sizeof(float);
     par_items(pool, rows, [&](int r) {
         float out[kMaxStep];
         prefetch_part(next, r, rows);
@@ -139,7 +140,7 @@ void Model::attention_sublayer(State& st, int l, int w, const Matmul& mm, Scratc
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        hc_pre_step(L.hc_attn, L.attn_norm, w, sc, read_ahead_of(L.w_proj));
+        hc_pre_step(L.hc_attn, L.attn_norm, w, sc, stats, read_ahead_of(L.w_proj));
     }
     {
         OpTimer t(stats, kOpPerToken);
@@ -207,7 +208,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
     ThreadPool* pool = pool_.get();
     {
         OpTimer t(stats, kOpHC);
-        hc_pre_step(L.hc_ffn, L.ffn_norm, w, sc, read_ahead_of(L.router));
+        hc_pre_step(L.hc_ffn, L.ffn_norm, w, sc, stats, read_ahead_of(L.router));
     }
     {
         OpTimer t(stats, kOpPerToken);
@@ -222,6 +223,7 @@ void Model::ffn_sublayer(State& st, int l, const int32_t* tokens, int w, const M
         // Router logits: one expert row for all w tokens; split over threads even for one
         // token, as the HC dyn rows (the F32 rows come from DRAM each step).
         const ReadAhead next = read_ahead_of(L.shared_w13);
+        stats.f32_weight_bytes += uint64_t(E) * d * sizeof(float);
         par_items(pool, E, [&](int e) {
             float out[kMaxStep];
             prefetch_part(next, e, E);

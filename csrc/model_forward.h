@@ -81,7 +81,7 @@ private:
     // HC pre-mix + sublayer input norm for w tokens: sc.X -> sc.xin (mixed), sc.xn (normed),
     // sc.post / sc.M (per-token mixing for hc_post).
     // (next: the weights read after it, prefetched while its F32 rows are read.)
-    void hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc,
+    void hc_pre_step(const HCParams& p, const std::vector<float>& norm, int w, Scratch& sc, StepStats& stats,
                      ReadAhead next = {}) const;
     // The weights read first after layer l's last product (the next layer's, or the LM head's after
     // the last layer; l = -1: layer 0, which the next step starts with): a prefetch hint.

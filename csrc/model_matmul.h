@@ -25,6 +25,10 @@ inline const char* op_family_name(int op) {
 
 struct StepStats {
     uint64_t weight_bytes = 0;  // sum of W.bytes() over issued matmul calls
+    // F32 weight rows the step reads besides the matmuls (HC dyn projections, router): once per
+    // step whatever its width, as the Q8_0 matrices; norm vectors and the embedding rows are not
+    // counted (< 0.1 MB per ds4-mini token).
+    uint64_t f32_weight_bytes = 0;
     uint64_t matmul_calls = 0;
     bool used_mmq = false;
     int64_t op_ns[kOpCount] = {};

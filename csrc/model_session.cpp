@@ -41,6 +41,7 @@ PrefillOutcome Session::prefill(const int32_t* tokens, int n, const PrefillOptio
         out.step_mmq.push_back(step.used_mmq ? 1 : 0);
         if (trace_) trace_->end_step(lg, step.used_mmq);
         out.stats.weight_bytes += step.weight_bytes;
+        out.stats.f32_weight_bytes += step.f32_weight_bytes;
         out.stats.matmul_calls += step.matmul_calls;
         out.stats.used_mmq = out.stats.used_mmq || step.used_mmq;
         for (int k = 0; k < kOpCount; ++k) out.stats.op_ns[k] += step.op_ns[k];

@@ -29,6 +29,9 @@ OPS = {  # AT&T operands: {r} the chain's register; ymm14/15 constant inputs; %1
     "maddwd": "vpmaddwd %%ymm15, {r}, {r}",
     "maddubs": "vpmaddubsw %%ymm15, {r}, {r}",
     "pxor": "vpxor %%ymm14, {r}, {r}",
+    "sign": "vpsignb %%ymm14, {r}, {r}",
+    "abs": "vpabsb {r}, {r}",
+    "add32": "vpaddd %%ymm14, {r}, {r}",
 }
 DEFAULT = ("dp+dp,fma+fma,dp+fma,maddwd+fma,maddubs+fma,mul+fma,cvt+fma,perm+fma,add+fma,"
            "dp+cvt,dp+perm,fma_bcast+fma_bcast,fma_bcast+cvt,bcast_load+bcast_load,bcast_load+cvt")

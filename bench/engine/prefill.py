@@ -9,7 +9,9 @@ the machine's read-bandwidth probe taken with the same thread count. Each thread
 --threads (default 1 and 2: on a shared 2-core box one thread is often the fairer figure) is
 measured in turn and printed as its own table. Targets (issue #25): q4 >= 90% of its ceiling; q1 >= 85%
 of the probe. DQ_SIMD_PATH (scalar, avx2, avx512vnni, amx) forces the kernels' instruction-set path.
-All modes must produce bitwise-identical logits (checked).
+All modes must produce bitwise-identical logits (checked). Counted weight bytes: every issued
+Q8_0 matrix plus the F32 weight rows each step reads (HC dyn projections and router rows:
+1.57 of ds4-mini's 62.85 MB per q1 token), each once per step (PrefillResult.weights_read_bytes).
 
 The target figures are paired per round: each round takes a probe, then q1, q2, q3 and q4 back
 to back, so slow drift of a shared host (its load moves these figures by 20% within seconds)
@@ -71,7 +73,8 @@ def measure(model: str, tokens: int, threads: int | None, repeats: int, engine: 
                 ref = res.logits.tobytes()
             if res.logits.tobytes() != ref or not res.exact:
                 raise SystemExit(f"q{c} logits differ from q1: bands are not exact")
-            samples[c].append({"ns": res.prefill_ns, "weight_bytes": res.weight_bytes, "op_ns": res.op_ns,
+            samples[c].append({"ns": res.prefill_ns, "weight_bytes": res.weights_read_bytes,
+                               "f32_bytes": res.f32_weight_bytes, "op_ns": res.op_ns,
                                "widths": res.band_widths})
     probe = statistics.median(probes)
     rows = {}
@@ -91,6 +94,8 @@ def measure(model: str, tokens: int, threads: int | None, repeats: int, engine: 
                          "weight_gbs": samples[c][0]["weight_bytes"] / med_ns,
                          "op_us_per_token": ops, "tok_s_samples": [n / (s["ns"] * 1e-9) for s in samples[c]],
                          "paired_frac_of_ceiling": _interval(paired)}
+    for c in MODES:
+        rows[f"q{c}"]["f32_bytes_per_token"] = samples[c][0]["f32_bytes"] / n
     q1_gbs = rows["q1"]["weight_gbs"]
     q1_paired = [s["weight_bytes"] / s["ns"] / p for s, p in zip(samples[1], probes)]
     return {"model": args.model, "tokens": n, "threads": eng.threads, "repeats": args.repeats,
@@ -116,9 +121,10 @@ def _fmt_interval(iv: dict) -> str:
 def print_table(r: dict) -> None:
     print(f"model {r['model']}  prompt {r['tokens']} tokens  threads {r['threads']}  simd {r['simd_path']}  "
           f"weights {r['weight_bytes_total'] / 2**20:.1f} MiB (built in {r['build_s']:.2f} s)  repeats {r['repeats']}")
-    print(f"{'mode':<5}{'tok/s':>9}{'speedup':>9}{'MB/tok':>9}{'ceiling':>9}{'of ceil':>9}{'GB/s':>8}")
+    print(f"{'mode':<5}{'tok/s':>9}{'speedup':>9}{'MB/tok':>9}{'of it F32':>10}{'ceiling':>9}{'of ceil':>9}{'GB/s':>8}")
     for name, m in r["modes"].items():
         print(f"{name:<5}{m['tok_s']:>9.1f}{m['speedup']:>8.2f}x{m['bytes_per_token'] / 1e6:>9.2f}"
+              f"{m['f32_bytes_per_token'] / 1e6:>10.2f}"
               f"{m['ceiling']:>8.2f}x{m['frac_of_ceiling'] * 100:>8.1f}%{m['weight_gbs']:>8.2f}")
     q4 = r["modes"]["q4"]
     print(f"q1 weight bandwidth / read probe, paired per round: {_fmt_interval(r['paired_q1_frac_of_probe'])} "

@@ -12,7 +12,8 @@ one ds4-mini q1 token.
 Cells per thread count (the issue's table): our q1 prefill vs llama.cpp prompt processing with
 `-ub 1`, our exact q4 bands vs `-ub 4`, our q1 vs llama.cpp decode (`-n`), as effective weight
 GB/s = weight bytes each side actually reads / time. Byte rule: ours counts every issued matmul's
-whole matrix (each position computes its logits, so the LM head is read per step); llama.cpp in
+whole matrix (each position computes its logits, so the LM head is read per step) plus the F32
+weight rows each step reads (HC dyn projections, router: PrefillResult.weights_read_bytes); llama.cpp in
 prompt processing computes logits for the LAST token only, so every ubatch without it skips the
 output head and the last layer's FFN (rows are dropped before that FFN): a P-token prompt at
 ubatch u reads ceil(P/u) x (all attention + the first L-1 FFNs) + (last FFN + output head);
@@ -108,7 +109,7 @@ def measure(threads: list[int], rounds: int, bin_dir: Path) -> dict:
     for eng in engines.values():  # warm-up: page the weights in, spin up the pools
         res = eng.prefill(toks, chunk=1, bands=False)
         eng.prefill(toks, chunk=4, bands=True)
-        q1_bpt = res.weight_bytes / len(toks)
+        q1_bpt = res.weights_read_bytes / len(toks)
     ffn = ffn_width(q1_bpt, VOCAB)
     pb = peer_bytes(ffn)
     policy = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}.get(
@@ -133,7 +134,7 @@ def measure(threads: list[int], rounds: int, bin_dir: Path) -> dict:
                         ref = res.logits.tobytes()
                     elif res.logits.tobytes() != ref or not res.exact:
                         raise SystemExit("q4 logits differ from q1: bands are not exact")
-                    s[f"ours_q{c}_gbs"] = res.weight_bytes / res.prefill_ns
+                    s[f"ours_q{c}_gbs"] = res.weights_read_bytes / res.prefill_ns
                     s[f"ours_q{c}_tok_s"] = len(toks) / (res.prefill_ns * 1e-9)
                 for ub in (1, 4):
                     sec = run_llama_bench(bin_dir, model, t, ["-p", str(PROMPT), "-n", "0", "-ub", str(ub),

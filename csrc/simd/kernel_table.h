@@ -83,12 +83,25 @@ constexpr size_t kX16PrefetchBytes = 32768, kX16PrefetchStep = 16;
 
 // Prefetches kBlocks blocks' worth of the group at `group` from block b on, `pfd` ahead
 // (prefetch_offset); kLocality as __builtin_prefetch's (1 = prefetcht2, 3 = prefetcht0).
-template <int kLocality, int kBlocks = 1>
+// kOneBase: one opaque base register per block and immediate offsets. The AVX2 body needs it:
+// there GCC made each of the 34 addresses its own induction variable and kept them on the
+// stack (a reload per prefetch; 1-column rate from L2 24 -> 50 GB/s with the body's other
+// changes, forced AVX2 on the Zen 4). The AVX-512 body already got immediate offsets and
+// measured no better with it.
+template <int kLocality, int kBlocks = 1, bool kOneBase = false>
 __attribute__((always_inline)) inline void prefetch_x16(const uint8_t* group, int b, intptr_t pfd) {
     const char* cursor = reinterpret_cast<const char*>(group) + size_t(b) * kPackGroupBlockBytes;
+    if constexpr (kOneBase) {
+        const char* pf = offset_ptr(cursor, pfd);
+        asm("" : "+r"(pf));
 #pragma GCC unroll 68
-    for (size_t o = 0; o < kBlocks * kPackGroupBlockBytes; o += kX16PrefetchStep)
-        __builtin_prefetch(offset_ptr(cursor + o, pfd), 0, kLocality);
+        for (size_t o = 0; o < kBlocks * kPackGroupBlockBytes; o += kX16PrefetchStep)
+            __builtin_prefetch(pf + o, 0, kLocality);
+    } else {
+#pragma GCC unroll 68
+        for (size_t o = 0; o < kBlocks * kPackGroupBlockBytes; o += kX16PrefetchStep)
+            __builtin_prefetch(offset_ptr(cursor + o, pfd), 0, kLocality);
+    }
 }
 
 // fn(group, n0, valid, pfd) for each 16-row x16 group of rows [row_begin, row_end) (row_begin a

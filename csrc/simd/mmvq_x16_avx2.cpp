@@ -1,12 +1,14 @@
 // Narrow MMVQ on the AVX2 path over the x16 layout (q8_0.h), canonical order, 1..8 columns.
 //
 // One ymm lane per row: a 64-byte line qs[b][q] holds 16 rows' 4 values of quad q, read as two
-// ymm (rows 0..7, rows 8..15). Per half, quad and column (no VNNI): t = vpsignb(w, x4) (w with
-// x's signs), vpmaddubsw(|x4|, t) (pairs of products: |x| <= 127 and |w| <= 127 fit int16),
-// vpmaddwd by ones (the row's 4 products, int32), vpaddd into the row's block sum: exact int32,
-// so each lane ends the block with its row's exact sum. Then per block, half and column one
-// vcvtdq2ps, s = wd * xd (8 rows' scales by one vcvtph2ps, one vmulps) and one fma: the bits of
-// vec_dot_q8_0_q8_0_ref. x4 and |x4| are the column's 4 activation bytes broadcast from memory.
+// ymm (rows 0..7, rows 8..15). Per half and quad (no VNNI): |w| once (vpabsb), shared by the
+// columns; per column x4 (its 4 activation bytes, broadcast from memory) given w's signs
+// (vpsignb), vpmaddubsw(|w|, x4 * sign(w)) (pairs of products: |w| <= 128 and |x| <= 127 fit
+// int16), vpmaddwd by ones (the row's 4 products, int32), vpaddd into the row's block sum: exact
+// int32, so each lane ends the block with its row's exact sum. Then per block, half and column
+// one vcvtdq2ps, s = wd * xd (8 rows' scales by one vcvtph2ps, one vmulps) and one fma: the bits
+// of vec_dot_q8_0_q8_0_ref. On the Zen 4 vpabsb, vpsignb, vpmaddubsw and vpmaddwd share two
+// pipes (bench/engine/pipe_mix.py), so per column and 32 values that is 3 ops on them.
 //
 // Registers (16 ymm): NC <= 2 runs both halves per block; 3..4 columns one half per pass (the
 // group's second pass reads its lines from L2); 5..8 columns as groups of at most 4.
@@ -29,26 +31,21 @@ namespace {
 constexpr size_t kNearBytes = 4352;
 
 struct X16Prep2 {
-    const int8_t* xq;   // [nb][nc][32] signed quants
-    const uint8_t* xa;  // [nb][nc][32] |quants|
-    const float* xd;    // [nb][nc]
+    const int8_t* xq;  // [nb][nc][32] signed quants
+    const float* xd;   // [nb][nc]
 };
 
 inline X16Prep2 prepare_x16_avx2(const BlockQ8_0* x, int nc, int nb) {
-    uint8_t* buf = kernel_scratch_bytes(size_t(nb) * nc * (64 + 4));
+    uint8_t* buf = kernel_scratch_bytes(size_t(nb) * nc * (32 + 4));
     int8_t* xq = reinterpret_cast<int8_t*>(buf);
-    uint8_t* xa = buf + size_t(nb) * nc * 32;
-    float* xd = reinterpret_cast<float*>(buf + size_t(nb) * nc * 64);
+    float* xd = reinterpret_cast<float*>(buf + size_t(nb) * nc * 32);
     for (int b = 0; b < nb; ++b)
         for (int c = 0; c < nc; ++c) {
             const BlockQ8_0& xb = x[size_t(c) * nb + b];
-            const size_t o = (size_t(b) * nc + c) * 32;
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + o), q);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xa + o), _mm256_abs_epi8(q));
+            std::memcpy(xq + (size_t(b) * nc + c) * 32, xb.qs, 32);
             xd[size_t(b) * nc + c] = _cvtsh_ss(xb.d);
         }
-    return {xq, xa, xd};
+    return {xq, xd};
 }
 
 inline __m256i bcast4(const void* p) {
@@ -58,6 +55,11 @@ inline __m256i bcast4(const void* p) {
 }
 
 // Halves [h0, h0 + H) of one group x NC columns -> y rows n0 + 8h .. (valid rows of the group).
+// Per line and half: |w| once (vpabsb), shared by the columns; per column the 4 activation
+// bytes broadcast, given w's signs (vpsignb), then vpmaddubsw(|w|, x * sign(w)) = pairs of w * x
+// (|w| <= 128, |x| <= 127: a pair fits int16), vpmaddwd by ones, vpaddd. The block's 8 lines are
+// unrolled with immediate offsets from one weight and one activation pointer, so the loop keeps
+// no pointer on the stack.
 template <int NC, int H>
 inline void x16_group_avx2(const uint8_t* base, int nb, const X16Prep2& xp, float* y, int N, int n0, int valid,
                            int h0, intptr_t pfd, bool far) {
@@ -67,28 +69,36 @@ inline void x16_group_avx2(const uint8_t* base, int nb, const X16Prep2& xp, floa
 #pragma GCC unroll 8
     for (int i = 0; i < H * NC; ++i) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
-        const uint8_t* q = base + size_t(b) * kPackBlockBytes;
+        const uint8_t* q = base + size_t(b) * kPackBlockBytes + 32 * h0;
+        const int8_t* xb = xp.xq + size_t(b) * NC * 32;
         if (h0 == 0) {  // the first pass over a group prefetches its stream
-            if (far) prefetch_x16<1>(base, b, pfd);
-            else prefetch_x16<3>(base, b, pfd);
+            if (far) prefetch_x16<1, 1, true>(base, b, pfd);
+            else prefetch_x16<3, 1, true>(base, b, pfd);
         }
         __m256i s[H * NC];
 #pragma GCC unroll 8
         for (int i = 0; i < H * NC; ++i) s[i] = _mm256_setzero_si256();
-#pragma GCC unroll 2  // not 8: the scheduler then hoists every column's broadcasts and spills
+#pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) {
+            __m256i w[H], wa[H];
+#pragma GCC unroll 2
+            for (int h = 0; h < H; ++h) {
+                w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i * kPackQuadBytes + 32 * h));
+                wa[h] = _mm256_abs_epi8(w[h]);
+            }
 #pragma GCC unroll 4
             for (int c = 0; c < NC; ++c) {
-                const size_t o = (size_t(b) * NC + c) * 32 + 4 * i;
-                const __m256i xs = bcast4(xp.xq + o), xa = bcast4(xp.xa + o);
+                const __m256i xc = bcast4(xb + c * 32 + 4 * i);
 #pragma GCC unroll 2
                 for (int h = 0; h < H; ++h) {
-                    const __m256i w = _mm256_loadu_si256(
-                        reinterpret_cast<const __m256i*>(q + i * kPackQuadBytes + 32 * (h0 + h)));
-                    const __m256i p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w, xs));
+                    const __m256i p = _mm256_maddubs_epi16(wa[h], _mm256_sign_epi8(xc, w[h]));
                     s[h * NC + c] = _mm256_add_epi32(s[h * NC + c], _mm256_madd_epi16(p, ones));
                 }
             }
+            // Keep each sum one running register: unbarred, GCC reassociated the 8 lines' adds
+            // into trees and spilled the products to the stack.
+#pragma GCC unroll 8
+            for (int k = 0; k < H * NC; ++k) asm("" : "+x"(s[k]));
         }
 #pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
