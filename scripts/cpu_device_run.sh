@@ -39,7 +39,10 @@ fi
 note "build: ok in $(( $(date +%s) - t0 )) s"
 repo=$PWD
 cd "$(mktemp -d)"  # import the installed package, not the checkout
-for path in avx512vnni avx2; do
+# Every SIMD path this CPU has but the scalar reference (amx too, where granted).
+PATHS=$(python3 -c "from dflash_qualify.engine import _core; print(' '.join(p for p in _core.kernels.cpu_features()['paths'] if p != 'scalar'))")
+note "SIMD paths: $PATHS"
+for path in $PATHS; do
   DQ_SIMD_PATH=$path timeout 90 python3 "$repo/bench/engine/prefill.py" --threads 1,2 --repeats 5 \
     --json "$OUT/prefill_$path.json" >"$OUT/prefill_$path.txt" 2>&1
   note "prefill ($path): exit $?"
