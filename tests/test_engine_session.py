@@ -110,3 +110,17 @@ def test_weight_bytes_counted_per_call(tiny: Engine) -> None:
     assert band.band_widths == [4]
     distinct = sum(len(np.unique(band.route_ids[layer])) for layer in range(cfg["n_layers"]))
     assert band.weight_bytes == cfg["n_layers"] * dense + distinct * expert + mat(258, d)
+
+
+def test_f32_weight_rows_counted_once_per_step(tiny: Engine) -> None:
+    cfg = tiny.config
+    d, hc = cfg["d_model"], cfg["hc_mult"]
+    # per layer: two HC dyn projections (2 hc + hc^2 rows each) and the router (one row per expert)
+    per_step = cfg["n_layers"] * (2 * (2 * hc + hc * hc) + cfg["n_experts"]) * d * 4
+    one = tiny.prefill([BOS])
+    assert one.f32_weight_bytes == per_step
+    assert one.weights_read_bytes == one.weight_bytes + per_step
+    toks = _prompt(8)
+    assert tiny.prefill(toks, chunk=1).f32_weight_bytes == 8 * per_step  # q1: eight steps
+    band = tiny.prefill(toks, chunk=4)  # two bands: the rows are read once per step, whatever its width
+    assert band.band_widths == [4, 4] and band.f32_weight_bytes == 2 * per_step
