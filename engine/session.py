@@ -52,7 +52,7 @@ class Session:
             kernel_per_step=["mmq" if m else "mmvq" for m in mmq],
             exact=not plan.approximate and not any(mmq), mode=plan.mode,
             matmul_calls=int(out["matmul_calls"]), op_ns=dict(out["op_ns"]),
-            f32_weight_bytes=int(out.get("f32_weight_bytes", 0)))
+            f32_weight_bytes=int(out["f32_weight_bytes"]))
 
     def decode_step(self) -> int:
         """Emit the greedy next token and feed it (one q1 step). Returns the token id."""

@@ -89,13 +89,12 @@ def measure(model: str, tokens: int, threads: int | None, repeats: int, engine: 
         ops = {k: statistics.median(s["op_ns"][k] for s in samples[c]) / n / 1e3 for k in samples[c][0]["op_ns"]}
         # Round by round: this mode's speedup over the q1 run of the same round.
         paired = [a["ns"] / b["ns"] / ceiling for a, b in zip(samples[1], samples[c])]
-        rows[f"q{c}"] = {"tok_s": tok_s, "speedup": speedup, "bytes_per_token": bpt, "ceiling": ceiling,
+        rows[f"q{c}"] = {"tok_s": tok_s, "speedup": speedup, "bytes_per_token": bpt,
+                         "f32_bytes_per_token": samples[c][0]["f32_bytes"] / n, "ceiling": ceiling,
                          "frac_of_ceiling": speedup / ceiling, "median_ns": med_ns,
                          "weight_gbs": samples[c][0]["weight_bytes"] / med_ns,
                          "op_us_per_token": ops, "tok_s_samples": [n / (s["ns"] * 1e-9) for s in samples[c]],
                          "paired_frac_of_ceiling": _interval(paired)}
-    for c in MODES:
-        rows[f"q{c}"]["f32_bytes_per_token"] = samples[c][0]["f32_bytes"] / n
     q1_gbs = rows["q1"]["weight_gbs"]
     q1_paired = [s["weight_bytes"] / s["ns"] / p for s, p in zip(samples[1], probes)]
     return {"model": args.model, "tokens": n, "threads": eng.threads, "repeats": args.repeats,

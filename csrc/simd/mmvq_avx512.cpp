@@ -1,5 +1,5 @@
-// The AVX-512 VNNI path: narrow MMVQ over the x16 layout (canonical order, 1..8 columns, below)
-// and MMQ, whose tiles run the row-major zmm body here (two activation columns per zmm, 8 int32
+// The AVX-512 VNNI path: narrow MMVQ over the x16 layout (canonical order, 2..8 columns below;
+// one column runs the AVX2 x16 body, mmvq_avx512vnni) and MMQ, whose tiles run the row-major zmm body here (two activation columns per zmm, 8 int32
 // lanes of 4 products each, its own non-canonical tree: not bitwise equal to MMVQ).
 //
 // W is (N, K), Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).

@@ -54,12 +54,9 @@ inline __m256i bcast4(const void* p) {
     return _mm256_set1_epi32(v);
 }
 
-// Halves [h0, h0 + H) of one group x NC columns -> y rows n0 + 8h .. (valid rows of the group).
-// Per line and half: |w| once (vpabsb), shared by the columns; per column the 4 activation
-// bytes broadcast, given w's signs (vpsignb), then vpmaddubsw(|w|, x * sign(w)) = pairs of w * x
-// (|w| <= 128, |x| <= 127: a pair fits int16), vpmaddwd by ones, vpaddd. The block's 8 lines are
-// unrolled with immediate offsets from one weight and one activation pointer, so the loop keeps
-// no pointer on the stack.
+// Halves [h0, h0 + H) of one group x NC columns -> y rows n0 + 8h .. (valid rows of the group),
+// the ops of the header. The block's 8 lines are unrolled with immediate offsets from one weight
+// and one activation pointer, so the loop keeps no pointer on the stack.
 template <int NC, int H>
 inline void x16_group_avx2(const uint8_t* base, int nb, const X16Prep2& xp, float* y, int N, int n0, int valid,
                            int h0, intptr_t pfd, bool far) {
