@@ -53,7 +53,7 @@ if [ -n "$LLBIN" ]; then
   note "llama.cpp build: exit $?"
 fi
 if [ -n "$LLBIN" ] && [ -x "$LLBIN/llama-bench" ]; then
-  timeout 100 python3 "$repo/bench/peers/llamacpp_bench.py" --threads 1,2 --rounds 3 --llama-bin "$LLBIN" \
+  timeout 300 python3 "$repo/bench/peers/llamacpp_bench.py" --threads 1,2 --rounds "${PEER_ROUNDS:-5}" --llama-bin "$LLBIN" \
     --json "$OUT/peer.json" >"$OUT/peer.txt" 2>&1
   note "peer bench: exit $?"
   grep -v "^peer:" "$OUT/peer.txt" | tee -a "$S"
