@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU engine on another host in one command: build without CUDA, the prefill bench on every
-# SIMD path (DQ_SIMD_PATH), the llama.cpp peer bench, then the kernel and per-path exactness tests,
+# SIMD path (DQ_SIMD_PATH), the llama.cpp peer bench per path (both peer models), then the kernel and per-path exactness tests,
 # logs and figures under $OUT (summary.md first). For hosts without network: pass a tar.xz of
 # llama.cpp's source (the llama-cpp-python sdist's vendor/llama.cpp) to build llama-bench from,
 # and put the `gguf` package on PYTHONPATH for the peer GGUF. Needs python3 with numpy, scipy,
@@ -53,10 +53,14 @@ if [ -n "$LLBIN" ]; then
   note "llama.cpp build: exit $?"
 fi
 if [ -n "$LLBIN" ] && [ -x "$LLBIN/llama-bench" ]; then
-  timeout 300 python3 "$repo/bench/peers/llamacpp_bench.py" --threads 1,2 --rounds "${PEER_ROUNDS:-5}" --llama-bin "$LLBIN" \
-    --json "$OUT/peer.json" >"$OUT/peer.txt" 2>&1
-  note "peer bench: exit $?"
-  grep -v "^peer:" "$OUT/peer.txt" | tee -a "$S"
+  # The peer bench per SIMD path of ours (PEER_PATHS, default every path above; llama.cpp stays
+  # on its native build), both peer models, PEER_ROUNDS interleaved rounds.
+  for path in ${PEER_PATHS:-$PATHS}; do
+    DQ_SIMD_PATH=$path timeout 300 python3 "$repo/bench/peers/llamacpp_bench.py" --threads 1,2 \
+      --rounds "${PEER_ROUNDS:-5}" --llama-bin "$LLBIN" --json "$OUT/peer_$path.json" >"$OUT/peer_$path.txt" 2>&1
+    note "peer bench ($path): exit $?"
+    grep -v "^peer:" "$OUT/peer_$path.txt" | tee -a "$S"
+  done
 fi
 if python3 -c "import pytest, hypothesis" 2>/dev/null; then
   timeout "${DQ_TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider "$repo/tests/test_kernels.py" \
