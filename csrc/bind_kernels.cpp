@@ -109,7 +109,7 @@ struct BoundProduct {
 
 BoundProduct bind_product(const py::array& win, const py::array& xin, const std::string& kernel_name) {
     const MatKernel kernel = parse_kernel(kernel_name);
-    BoundProduct p{as_blocks(win, "w"), as_blocks(xin, "x"), F32Array(), {}};
+    BoundProduct p{as_blocks(win, "w"), as_blocks(xin, "x"), F32Array(), {}, nullptr};
     const int k = check_blocks(p.w, "w");
     if (check_blocks(p.x, "x") != k) throw py::value_error("w and x must have the same k");
     const int rows = int(p.w.shape(0)), ncols = int(p.x.shape(0));

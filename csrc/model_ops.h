@@ -30,7 +30,10 @@ typedef int32_t I32x8 __attribute__((vector_size(32)));
 // expf.c): n = round(x / ln 2), r = x - n ln 2 in two steps (ln 2 = C1 + C2, C1 exact in 9
 // bits), e^r = 1 + r + r^2 P(r) with a degree-5 P, times 2^n built in the exponent bits. Max
 // 0.97 ulp against float64 exp on [-87, 88] (checked in tests/test_kernels.py).
-__attribute__((always_inline)) inline void exp_f32x8(F32x8 x, F32x8& out) {
+// x by reference: a 32-byte vector passed by value draws GCC's -Wpsabi note in the portable
+// (non-AVX) clone's translation unit.
+__attribute__((always_inline)) inline void exp_f32x8(const F32x8& x_in, F32x8& out) {
+    F32x8 x = x_in;
     const F32x8 lo = F32x8{} - 87.0f, hi = F32x8{} + 88.0f, zero = F32x8{};
     const auto under = x < F32x8{} - 87.3365448f;  // exp(x) < FLT_MIN: 0
     x = x < lo ? lo : x;

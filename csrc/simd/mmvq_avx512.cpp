@@ -3,6 +3,12 @@
 // lanes of 4 products each, its own non-canonical tree: not bitwise equal to MMVQ).
 //
 // W is (N, K), Q8_0 blocks of 32 along K; X is (ncols, K) Q8_0; Y is (ncols, N).
+// GCC 12's avx512fintrin.h writes _mm512_undefined_* as `__m512 __Y = __Y;`, which trips
+// -Wmaybe-uninitialized where the intrinsics inline (the sanitizer build's flags show it): GCC
+// bug 105593, fixed in GCC 13. Before any include, so it covers that header's lines.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "kernel_table.h"
 #include "mmq_impl.h"
 
