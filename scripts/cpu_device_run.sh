@@ -7,6 +7,8 @@
 # pybind11, scikit-build-core, cmake (pytest for the tests).
 #
 # Usage: OUT=/some/dir scripts/cpu_device_run.sh [LLAMA_SRC.tar.xz]
+# Options: PREFILL_ARGS (default "--repeats 5"; e.g. "--model ds4-gpu --tokens 64 --repeats 3"),
+# PREFILL_TIMEOUT (s per path, default 90), PEER_PATHS, PEER_ROUNDS, DQ_SKIP_TESTS=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
@@ -43,8 +45,9 @@ cd "$(mktemp -d)"  # import the installed package, not the checkout
 PATHS=$(python3 -c "from dflash_qualify.engine import _core; print(' '.join(p for p in _core.kernels.cpu_features()['paths'] if p != 'scalar'))")
 note "SIMD paths: $PATHS"
 for path in $PATHS; do
-  DQ_SIMD_PATH=$path timeout 90 python3 "$repo/bench/engine/prefill.py" --threads 1,2 --repeats 5 \
-    --json "$OUT/prefill_$path.json" >"$OUT/prefill_$path.txt" 2>&1
+  # shellcheck disable=SC2086  # PREFILL_ARGS is a word list on purpose
+  DQ_SIMD_PATH=$path timeout "${PREFILL_TIMEOUT:-90}" python3 "$repo/bench/engine/prefill.py" --threads 1,2 \
+    ${PREFILL_ARGS:---repeats 5} --json "$OUT/prefill_$path.json" >"$OUT/prefill_$path.txt" 2>&1
   note "prefill ($path): exit $?"
   grep -E "^model|^q1 |^q4 |paired per round" "$OUT/prefill_$path.txt" | tee -a "$S"
 done
@@ -62,7 +65,9 @@ if [ -n "$LLBIN" ] && [ -x "$LLBIN/llama-bench" ]; then
     grep -v "^peer:" "$OUT/peer_$path.txt" | tee -a "$S"
   done
 fi
-if python3 -c "import pytest, hypothesis" 2>/dev/null; then
+if [ -n "${DQ_SKIP_TESTS:-}" ]; then
+  note "tests: skipped (DQ_SKIP_TESTS)"
+elif python3 -c "import pytest, hypothesis" 2>/dev/null; then
   timeout "${DQ_TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider "$repo/tests/test_kernels.py" \
     "$repo/tests/test_simd_paths.py" >"$OUT/tests.log" 2>&1
   note "tests (kernels, exactness per SIMD path): exit $?: $(tail -1 "$OUT/tests.log")"
