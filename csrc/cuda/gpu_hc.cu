@@ -208,26 +208,28 @@ __device__ void route_token(const HcStepArgs& a, int w, int j, int pos, int toke
     __syncwarp();
     const DevMoe& moe = a.moe;
     rules::moe_columns(all_ids, w, K, E, moe.tok_of_col, moe.col_of, base, count, lane, 32, WarpSync{});
-    if (lane != 0) return;
+    // The slot table: slot 0 the shared expert, then the used experts in index order, a lane per
+    // expert (E <= 31): its slot is 1 + the used experts below it (a ballot's popcount).
     const int S = moe.max_slots;
     int32_t* mat = moe.slots + 1;
     int32_t* sbase = moe.slots + 1 + S;
     int32_t* scount = moe.slots + 1 + 2 * S;
-    int n = 0;
-    mat[n] = 0;
-    sbase[n] = 0;
-    scount[n] = w;
-    ++n;
-    for (int e = 0; e < E; ++e)
-        if (count[e] > 0) {
-            mat[n] = 1 + e;
-            sbase[n] = base[e];
-            scount[n] = count[e];
-            ++n;
-        }
-    moe.slots[0] = n;
-    atomicAdd(moe.counters, (unsigned long long)(n - 1) * moe.expert_bytes);
-    atomicAdd(moe.counters + 1, (unsigned long long)(n - 1) * 2);
+    const bool used = lane < E && count[lane] > 0;
+    const unsigned m = __ballot_sync(0xffffffffu, used);
+    if (used) {
+        const int n = 1 + __popc(m & ((1u << lane) - 1u));
+        mat[n] = 1 + lane;
+        sbase[n] = base[lane];
+        scount[n] = count[lane];
+    }
+    if (lane != 0) return;
+    const int routed = __popc(m);
+    mat[0] = 0;
+    sbase[0] = 0;
+    scount[0] = w;
+    moe.slots[0] = 1 + routed;
+    atomicAdd(moe.counters, (unsigned long long)routed * moe.expert_bytes);
+    atomicAdd(moe.counters + 1, (unsigned long long)routed * 2);
 }
 
 // grid (C, w), cluster (C, 1, 1), block hc_threads(d / C); dynamic shared: Xs [hc, cs] (this
@@ -353,13 +355,16 @@ __global__ void __launch_bounds__(kHcThreads) k_hc_step(HcStepArgs a, int w) {
     }
     for (int k = threadIdx.x; k < cs; k += blockDim.x) xs[k] = xs[k] * inv * gain[k];
     __syncthreads();
-    block_quantize_row(xs, cs, a.xq + size_t(j) * d + c0, a.xd + (size_t(j) * d + c0) / 32);
 
-    // 3. Routing by warp 0 of block 0, M (Sinkhorn) by warp 0 of the last block.
+    // 3. Routing by warp 0 of block 0, M (Sinkhorn) by warp 0 of the last block, while the
+    // block's other warps quantize x_in.
+    const bool sink_block = pre_out && b == C - 1;
     if (router_warp)
         route_token(a, w, j, rpos, rtoken, logits, inv, bias, rscratch, ids_sh, wts_sh, all_ids, base_sh, count_sh);
-    if (pre_out && b == C - 1 && threadIdx.x < 32)
+    if (sink_block && threadIdx.x < 32)
         sinkhorn_lanes(a.p.static_res, a.p.dyn_scale, dyn, hc, a.sinkhorn_iters, a.M_out + size_t(j) * hc * hc);
+    const int first_warp = (pre_out && a.router && b == 0) || sink_block ? 1 : 0;
+    block_quantize_row(xs, cs, a.xq + size_t(j) * d + c0, a.xd + (size_t(j) * d + c0) / 32, first_warp);
     cl.sync();  // no block leaves while another may still read its shared memory
 }
 

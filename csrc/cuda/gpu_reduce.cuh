@@ -61,10 +61,12 @@ __device__ __forceinline__ void warp_quantize_block(float v, int lane, int8_t* q
 }
 
 // Quantizes row x [n] (n % 32 == 0) to Q8_0 activations, one warp per 32-value block
-// (warp_quantize_block). Call after a barrier that publishes x; every thread of the block must
-// call it.
-__device__ __forceinline__ void block_quantize_row(const float* x, int n, int8_t* qs, float* d) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// (warp_quantize_block) by the warps first_warp .. of the block (the others are free for other
+// work: a block's value bits do not depend on which warp quantizes them). Call after a barrier
+// that publishes x; every thread of those warps must call it.
+__device__ __forceinline__ void block_quantize_row(const float* x, int n, int8_t* qs, float* d, int first_warp = 0) {
+    const int lane = threadIdx.x & 31, wid = (threadIdx.x >> 5) - first_warp, nw = (blockDim.x >> 5) - first_warp;
+    if (wid < 0) return;
     for (int b = wid; b < n / 32; b += nw) warp_quantize_block(x[b * 32 + lane], lane, qs + b * 32, d + b);
 }
 
