@@ -6,7 +6,8 @@ Each case is a loop of 12 independent ymm chains (enough to hide every latency h
 them one op and half the other, written as inline asm, compiled with `g++ -O2 -march=native` and
 timed by rdtsc (best of 5). Figures are TSC ticks per 12 ops: compare them with each other, not
 with a clock. Two ops that share pipes take as long together as either alone; two that do not
-take less. Needs g++ and a CPU with AVX-512 VL + VNNI (the `avx512vnni` path's ops).
+take less. Needs g++; `dp` and `fma_bcast` need AVX-512 VL + VNNI (the `avx512vnni` path's ops),
+the others AVX2 + FMA. Without AVX-512 the default pairs are the AVX2 body's ops.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ OPS = {  # AT&T operands: {r} the chain's register; ymm14/15 constant inputs; %1
     "abs": "vpabsb {r}, {r}",
     "add32": "vpaddd %%ymm14, {r}, {r}",
 }
+AVX512_OPS = {"dp": "AVX-512 VL + VNNI (vpdpbusd on ymm)", "fma_bcast": "AVX-512 VL (an embedded {1to8} broadcast)"}
+DEFAULT_AVX2 = ("maddubs+maddubs,maddwd+maddwd,sign+sign,abs+abs,add32+add32,maddubs+maddwd,maddubs+sign,"
+                "maddwd+sign,maddubs+add32,sign+add32,fma+fma,cvt+fma,mul+fma,bcast_load+bcast_load,"
+                "maddubs+bcast_load,pxor+pxor")
 DEFAULT = ("dp+dp,fma+fma,dp+fma,maddwd+fma,maddubs+fma,mul+fma,cvt+fma,perm+fma,add+fma,"
            "dp+cvt,dp+perm,fma_bcast+fma_bcast,fma_bcast+cvt,bcast_load+bcast_load,bcast_load+cvt")
 
@@ -68,18 +73,37 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def has_avx512_vnni() -> bool:
+    """Whether this CPU runs the AVX-512 ops (`dp`, `fma_bcast`), by /proc/cpuinfo's flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512vl" in flags and "avx512_vnni" in flags
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", default=DEFAULT, help="comma list of OP+OP")
+    ap.add_argument("--pairs", default=None,
+                    help="comma list of OP+OP (default: the avx512vnni path's ops, or the AVX2 body's "
+                         "on a CPU without AVX-512 VNNI)")
     args = ap.parse_args()
-    pairs = parse_pairs(args.pairs)
+    avx512 = has_avx512_vnni()
+    pairs = parse_pairs(args.pairs or (DEFAULT if avx512 else DEFAULT_AVX2))
+    if not avx512:
+        for op in sorted({op for pair in pairs for op in pair if op in AVX512_OPS}):
+            print(f"error: --pairs: '{op}' needs {AVX512_OPS[op]}, which this CPU does not have "
+                  f"(/proc/cpuinfo flags); the AVX2 ops are {', '.join(o for o in OPS if o not in AVX512_OPS)}",
+                  file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "pipes.cpp", Path(tmp) / "pipes"
         src.write_text(source(pairs))
         cc = subprocess.run(["g++", "-O2", "-march=native", "-o", str(exe), str(src)],
                             capture_output=True, text=True)
         if cc.returncode != 0:
-            print(f"error: g++ failed (does this CPU have AVX-512 VL + VNNI?):\n{cc.stderr[-2000:]}",
+            print(f"error: g++ failed:\n{cc.stderr[-2000:]}",
                   file=sys.stderr)
             return 1
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
