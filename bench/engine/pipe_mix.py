@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dflash_qualify.engine._core import kernels as K
+
 OPS = {  # AT&T operands: {r} the chain's register; ymm14/15 constant inputs; %1 a float buffer
     "dp": "vpdpbusd %%ymm14, %%ymm15, {r}",
     "fma": "vfmadd231ps %%ymm14, %%ymm15, {r}",
@@ -73,30 +75,21 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def has_avx512_vnni() -> bool:
-    """Whether this CPU runs the AVX-512 ops (`dp`, `fma_bcast`), by /proc/cpuinfo's flags."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return "avx512vl" in flags and "avx512_vnni" in flags
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", default=None,
                     help="comma list of OP+OP (default: the avx512vnni path's ops, or the AVX2 body's "
                          "on a CPU without AVX-512 VNNI)")
     args = ap.parse_args()
-    avx512 = has_avx512_vnni()
+    feats = K.cpu_features()
+    avx512 = feats["avx512vl"] and feats["avx512vnni"]
     pairs = parse_pairs(args.pairs or (DEFAULT if avx512 else DEFAULT_AVX2))
-    if not avx512:
-        for op in sorted({op for pair in pairs for op in pair if op in AVX512_OPS}):
-            print(f"error: --pairs: '{op}' needs {AVX512_OPS[op]}, which this CPU does not have "
-                  f"(/proc/cpuinfo flags); the AVX2 ops are {', '.join(o for o in OPS if o not in AVX512_OPS)}",
-                  file=sys.stderr)
-            return 2
+    missing = sorted({op for pair in pairs for op in pair if op in AVX512_OPS}) if not avx512 else []
+    if missing:
+        needs = "; ".join(f"'{op}' needs {AVX512_OPS[op]}" for op in missing)
+        print(f"error: --pairs: {needs}, which this CPU does not have; the AVX2 ops are "
+              f"{', '.join(o for o in OPS if o not in AVX512_OPS)}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "pipes.cpp", Path(tmp) / "pipes"
         src.write_text(source(pairs))
